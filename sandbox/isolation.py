@@ -1,0 +1,241 @@
+"""The command line that starts a sandbox child, with or without bubblewrap.
+
+With isolation="bwrap" and a root worker (the normal deployment), the layers are:
+
+1. bubblewrap, run as root *without* a user namespace, unshares the pid, ipc, uts, cgroup
+   and (unless allow_network) network namespaces, and builds a new root from a few read-only
+   binds: the interpreter prefix at /opt/python (with its site-packages hidden), /usr/lib,
+   /usr/lib64, /usr/bin, a handful of /etc files, the child program, the job's package
+   directories; plus a fresh /proc, a minimal /dev and a size-limited private /tmp. Nothing
+   else of the host exists inside: no /run, no host /tmp, no sockets, no /etc/shadow.
+2. bubblewrap keeps only CAP_SETUID/CAP_SETGID/CAP_SETPCAP for its command, which is
+   `setpriv`: it switches to a real unprivileged host uid, clears the groups, the bounding
+   and inheritable capability sets and sets no_new_privs before exec'ing Python.
+3. The child applies hard rlimits (memory, CPU, processes, open files, file size) before
+   any user code runs; as an unprivileged uid it cannot raise them again.
+
+Why not `--unshare-all`: it implies a user namespace, and a root-created user namespace maps
+only uid 0, so the code could not drop to an unprivileged uid; mapping 65534 inside while
+staying root outside leaked /etc/shadow and ignored RLIMIT_NPROC (see FACTS.md). A non-root
+worker uses `--unshare-all --cap-drop ALL` directly: it is unprivileged already.
+
+Secrets never appear on a command line or in bubblewrap's own environment: the child gets
+the job's environment in its first frame, over the pipe.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox.settings import SandboxSettings
+
+CHILD_PROGRAM = Path(__file__).with_name("child.py")
+INSIDE_PYTHON_PREFIX = "/opt/python"
+INSIDE_CHILD_PROGRAM = "/opt/rft/child.py"
+INSIDE_PACKAGES = "/opt/rft/packages"
+SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Files under /etc that ordinary Python code reads; everything else there stays out.
+ETC_FILES = ("ld.so.cache", "localtime", "mime.types")
+NETWORK_ETC_FILES = ("resolv.conf", "hosts", "nsswitch.conf", "host.conf", "services", "ssl")
+SANDBOX_PASSWD = "root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}::/tmp:/usr/sbin/nologin\n"
+SANDBOX_GROUP = "root:x:0:\nsandbox:x:{uid}:\n"
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The requested isolation cannot be set up on this machine."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # the environment of the first process (bwrap, or the child itself)
+    data_files: dict[str, str]  # inside path -> content, handed to bwrap through pipes
+
+
+@dataclass(frozen=True)
+class IsolationCheck:
+    available: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+def child_limits(settings: SandboxSettings) -> dict[str, int]:
+    limits = {
+        "memory_bytes": settings.memory_limit_mb * 1024 * 1024,
+        "cpu_seconds": settings.cpu_time_limit_s,
+        "open_files": settings.max_open_files,
+        "file_bytes": settings.tmp_size_mb * 1024 * 1024,
+    }
+    if settings.isolation == "bwrap":
+        # In 'none' mode the child shares the worker's uid, whose threads would count too.
+        limits["processes"] = settings.max_processes
+    return limits
+
+
+def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> LaunchPlan:
+    """Build the command that starts the child (or `program`, for probing) under `settings`."""
+    if settings.isolation == "none":
+        python = sys.executable
+        limits = child_limits(settings) | {
+            "python_paths": [str(path) for path in settings.extra_python_paths],
+            "parent_pid": os.getpid(),
+        }
+        argv = program or [python, "-I", "-S", "-B", str(CHILD_PROGRAM), json.dumps(limits)]
+        env = {"PATH": SEARCH_PATH, "LANG": "C.UTF-8", "HOME": "/tmp"}
+        return LaunchPlan(argv=argv, env=env, data_files={})
+    return _plan_bwrap(settings, program)
+
+
+def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchPlan:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailableError(
+            "bubblewrap is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap), "
+            "or set isolation='none' to run reward code WITHOUT isolation (development only)"
+        )
+    prefix = Path(settings.python_prefix or sys.base_prefix).resolve()
+    real_python = Path(os.path.realpath(sys.executable))
+    if settings.python_prefix is not None or not real_python.is_relative_to(prefix):
+        real_python = prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    inside_python = f"{INSIDE_PYTHON_PREFIX}/{real_python.relative_to(prefix)}"
+
+    as_root = os.geteuid() == 0
+    argv = [bwrap]
+    if as_root:
+        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        if not settings.allow_network:
+            argv.append("--unshare-net")
+        # setpriv needs these three to drop to the sandbox uid; it then clears every set.
+        argv += ["--cap-drop", "ALL"]
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        argv += ["--unshare-all", "--cap-drop", "ALL"]
+        if settings.allow_network:
+            argv.append("--share-net")
+    argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+
+    # Directories bwrap creates are 0700 unless told otherwise, which locks the uid out.
+    argv += ["--perms", "0755", "--dir", "/usr", "--perms", "0755", "--dir", "/opt"]
+    argv += ["--perms", "0755", "--dir", "/opt/rft", "--perms", "0755", "--dir", "/etc"]
+    for directory in ("/usr/lib", "/usr/lib64", "/usr/bin"):
+        if os.path.isdir(directory):
+            argv += ["--ro-bind", directory, directory]
+    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
+        argv += ["--symlink", target, link]
+    if not prefix.is_relative_to("/usr"):
+        argv += ["--ro-bind", str(prefix), INSIDE_PYTHON_PREFIX]
+        site_packages = next(iter(prefix.glob("lib/python3*/site-packages")), None)
+        if site_packages is not None:
+            # The worker's own packages (torch, the service) are none of the job's business.
+            hidden = f"{INSIDE_PYTHON_PREFIX}/{site_packages.relative_to(prefix)}"
+            argv += ["--perms", "0755", "--tmpfs", hidden, "--remount-ro", hidden]
+    else:
+        inside_python = str(real_python)
+    etc_files = ETC_FILES + (NETWORK_ETC_FILES if settings.allow_network else ())
+    for name in etc_files:
+        if os.path.exists(f"/etc/{name}"):
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--ro-bind", str(CHILD_PROGRAM), INSIDE_CHILD_PROGRAM]
+    python_paths = []
+    for index, path in enumerate(settings.extra_python_paths):
+        inside = f"{INSIDE_PACKAGES}/{index}"
+        argv += ["--ro-bind", str(path), inside]
+        python_paths.append(inside)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    tmp_bytes = settings.tmp_size_mb * 1024 * 1024
+    argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    argv += ["--clearenv", "--setenv", "PATH", SEARCH_PATH, "--setenv", "HOME", "/tmp"]
+    argv += ["--setenv", "LANG", "C.UTF-8"]
+    if not prefix.is_relative_to("/usr") and any(prefix.glob("lib/libpython*")):
+        # A shared-library build finds libpython through an absolute RUNPATH under its prefix.
+        argv += ["--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON_PREFIX}/lib"]
+
+    data_files: dict[str, str] = {}
+    if as_root:
+        uid = settings.sandbox_uid
+        data_files["/etc/passwd"] = SANDBOX_PASSWD.format(uid=uid)
+        data_files["/etc/group"] = SANDBOX_GROUP.format(uid=uid)
+        setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+        if setpriv is None:
+            raise SandboxUnavailableError(
+                "setpriv is missing (Debian: util-linux); it drops the sandbox to an "
+                "unprivileged uid when the worker runs as root"
+            )
+        argv += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        argv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    argv.append("--")
+    if program is not None:
+        argv += [inside_python if part == sys.executable else part for part in program]
+    else:
+        limits = child_limits(settings) | {"python_paths": python_paths}
+        argv += [inside_python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
+    return LaunchPlan(argv=argv, env={"PATH": SEARCH_PATH}, data_files=data_files)
+
+
+def spawn(plan: LaunchPlan, **popen_arguments: object) -> subprocess.Popen[bytes]:
+    """Start `plan`, feeding its data files to bwrap through pipes it reads at setup."""
+    argv = list(plan.argv)
+    pipes: list[tuple[int, int]] = []
+    extra: list[str] = []
+    for inside_path, content in plan.data_files.items():
+        read_end, write_end = os.pipe()
+        # Small files fit the pipe buffer, so writing before the spawn cannot block.
+        os.write(write_end, content.encode())
+        os.close(write_end)
+        pipes.append((read_end, write_end))
+        extra += ["--perms", "0644", "--ro-bind-data", str(read_end), inside_path]
+    if extra:
+        # Before bwrap's end-of-options marker, after the /etc it creates with open permissions.
+        end_of_options = argv.index("--")
+        argv[end_of_options:end_of_options] = extra
+    try:
+        return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+            argv,
+            env=plan.env,
+            pass_fds=[read_end for read_end, _ in pipes],
+            start_new_session=True,
+            close_fds=True,
+            **popen_arguments,
+        )
+    finally:
+        for read_end, _ in pipes:
+            os.close(read_end)
+
+
+@functools.cache
+def detect_isolation() -> IsolationCheck:
+    """Whether bubblewrap isolation works on this machine (tried once per process)."""
+    try:
+        plan = plan_launch(
+            SandboxSettings(isolation="bwrap"),
+            program=[sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"],
+        )
+    except SandboxUnavailableError as error:
+        return IsolationCheck(False, str(error))
+    try:
+        finished = spawn(plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = finished.communicate(timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return IsolationCheck(False, f"bubblewrap could not start: {error}")
+    if finished.returncode != 0:
+        return IsolationCheck(
+            False,
+            f"bubblewrap failed ({err.decode(errors='replace').strip()}): make sure user "
+            "namespaces are enabled (sysctl kernel.unprivileged_userns_clone=1, "
+            "user.max_user_namespaces > 0) or run the worker as root; in a container, allow "
+            "the unshare/mount syscalls (e.g. a seccomp profile that permits them)",
+        )
+    if os.geteuid() == 0 and out.strip() == b"0":
+        return IsolationCheck(False, "the sandboxed code still ran as root")
+    return IsolationCheck(
+        True, f"bubblewrap works; sandboxed code runs as uid {out.decode().strip()}"
+    )

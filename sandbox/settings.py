@@ -1,0 +1,127 @@
+"""How reward-function processes are isolated and limited."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Isolation = Literal["bwrap", "none"]
+
+
+@dataclass
+class SandboxSettings:
+    """Settings of one job's reward sandbox. Invalid values are rejected at construction."""
+
+    isolation: Isolation = field(
+        default="bwrap",
+        metadata={
+            "help": "'bwrap': bubblewrap namespaces, a read-only minimal filesystem and an "
+            "unprivileged uid. 'none': a plain child process, for development only; it logs a "
+            "warning every time a sandbox starts."
+        },
+    )
+    allow_network: bool = field(
+        default=False, metadata={"help": "Keep the host network namespace (bwrap only)."}
+    )
+    env: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "The job's own environment (its secrets). The child sees only these plus "
+            "PATH, LANG and HOME=/tmp; nothing of the worker's environment leaks in."
+        },
+    )
+    extra_python_paths: list[Path] = field(
+        default_factory=list,
+        metadata={"help": "The job's package directories, put first on sys.path (read-only)."},
+    )
+    memory_limit_mb: int = field(
+        default=1024, metadata={"help": "Address-space limit (RLIMIT_AS) of the child, MiB."}
+    )
+    cpu_time_limit_s: int = field(
+        default=600,
+        metadata={
+            "help": "RLIMIT_CPU of each child process. A warm child is replaced once it has "
+            "used 80% of this, so the limit only fires on runaway processes."
+        },
+    )
+    max_processes: int = field(
+        default=64,
+        metadata={
+            "help": "RLIMIT_NPROC (bwrap only: it counts every process of the sandbox uid, and "
+            "in 'none' mode it would count the worker's own threads)."
+        },
+    )
+    max_open_files: int = field(default=256, metadata={"help": "RLIMIT_NOFILE of the child."})
+    tmp_size_mb: int = field(
+        default=64,
+        metadata={"help": "Size of the sandbox's private /tmp, and the largest file it may write."},
+    )
+    call_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Wall-clock limit of one function scoring one batch (and of loading). The "
+            "child interrupts the call at this time; the parent kills it shortly after."
+        },
+    )
+    kill_grace_s: float = field(
+        default=0.5,
+        metadata={"help": "How long after call_timeout_s the parent waits before SIGKILL."},
+    )
+    start_timeout_s: float = field(
+        default=15.0, metadata={"help": "How long a new child may take to say it is ready."}
+    )
+    log_limit_bytes: int = field(
+        default=64 * 1024,
+        metadata={"help": "Output kept per function per batch (counted in characters)."},
+    )
+    workers: int = field(
+        default=1,
+        metadata={
+            "help": "Warm child processes; functions are spread over them and run in parallel."
+        },
+    )
+    sandbox_uid: int = field(
+        default=65534,
+        metadata={
+            "help": "Host uid (and gid) the code runs as when the worker is root. Give "
+            "concurrent jobs different uids: RLIMIT_NPROC counts per uid."
+        },
+    )
+    python_prefix: Path | None = field(
+        default=None,
+        metadata={"help": "Interpreter installation to run; default: the worker's own (base)."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("bwrap", "none"):
+            raise ValueError(f"isolation must be 'bwrap' or 'none', not {self.isolation!r}")
+        if self.allow_network and self.isolation == "none":
+            raise ValueError("allow_network only applies to isolation='bwrap'; drop it for 'none'")
+        self.extra_python_paths = [Path(path).resolve() for path in self.extra_python_paths]
+        for path in self.extra_python_paths:
+            if not path.is_dir():
+                raise ValueError(f"extra_python_paths: {path} is not a directory")
+        positive = {
+            "memory_limit_mb": self.memory_limit_mb,
+            "cpu_time_limit_s": self.cpu_time_limit_s,
+            "max_processes": self.max_processes,
+            "max_open_files": self.max_open_files,
+            "tmp_size_mb": self.tmp_size_mb,
+            "call_timeout_s": self.call_timeout_s,
+            "start_timeout_s": self.start_timeout_s,
+            "workers": self.workers,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.max_open_files < 16:
+            raise ValueError("max_open_files below 16 leaves the interpreter unable to start")
+        if self.memory_limit_mb < 64:
+            raise ValueError("memory_limit_mb below 64 leaves the interpreter unable to start")
+        if self.log_limit_bytes < 0 or self.kill_grace_s < 0:
+            raise ValueError("log_limit_bytes and kill_grace_s cannot be negative")
+        reserved = {"PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME"}
+        clashes = reserved & set(self.env)
+        if clashes:
+            raise ValueError(f"env cannot set {sorted(clashes)}: the sandbox controls them")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates .venv with the API, the CPU worker, the embedded servers and the dev tools, and
+# installs bubblewrap (the reward sandbox) when it is missing and we are allowed to.
+# Re-running is cheap: nothing is reinstalled unless pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3.12 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python_bin="$candidate"; break; fi
+  done
+fi
+[ -x .venv/bin/python ] || "$python_bin" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+stamp=.venv/.rft-installed
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  python -m pip install -q --upgrade pip wheel
+  # The CPU build first: an unpinned torch would pull several GB of CUDA packages.
+  python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -e ".[api,worker,embedded,dev]"
+  echo "$wanted" > "$stamp"
+fi
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing bubblewrap for the reward-function sandbox..."
+    (apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+      || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
+      || echo "warning: could not install bubblewrap; reward code will not run (see README)" >&2
+  else
+    echo "warning: bubblewrap (bwrap) is missing; install it, or set RFT_SANDBOX_ISOLATION=none" \
+      "on a development machine (insecure)" >&2
+  fi
+fi

@@ -1,0 +1,45 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from service.datasets.endpoints import router as datasets_router
+from service.db import get_engine
+from service.errors import ServiceUnavailable, install_error_handlers
+from service.jobs.endpoints import router as jobs_router
+
+logger = logging.getLogger(__name__)
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="rft",
+        version="0.1.0",
+        description="Reinforcement fine-tuning (GRPO + LoRA) with live reward updates.",
+    )
+    install_error_handlers(app)
+    app.include_router(datasets_router)
+    app.include_router(jobs_router)
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"])
+    def readyz() -> dict[str, str]:
+        try:
+            with get_engine().connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except OperationalError as exc:
+            raise ServiceUnavailable("database unreachable") from exc
+        return {"status": "ready"}
+
+    return app
+
+
+app = create_app()

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header
+
+from service.auth.service import authenticate
+from service.db import SessionDep
+from service.errors import Unauthorized
+
+
+def current_tenant_id(
+    session: SessionDep, authorization: Annotated[str | None, Header()] = None
+) -> str:
+    if not authorization:
+        raise Unauthorized("missing Authorization header: send 'Authorization: Bearer <api key>'")
+    scheme, _, key = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("Authorization header must be 'Bearer <api key>'")
+    return authenticate(session, key.strip())
+
+
+CurrentTenant = Annotated[str, Depends(current_tenant_id)]

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import ApiKey, Tenant
+
+
+class AuthRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get_tenant_by_name(self, name: str) -> Tenant | None:
+        return self.session.scalar(select(Tenant).where(Tenant.name == name))
+
+    def add_tenant(self, tenant: Tenant) -> Tenant:
+        self.session.add(tenant)
+        self.session.flush()
+        return tenant
+
+    def add_api_key(self, api_key: ApiKey) -> ApiKey:
+        self.session.add(api_key)
+        self.session.flush()
+        return api_key
+
+    def get_active_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        return self.session.scalar(
+            select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        )
+
+    def get_key(self, tenant_id: str, key_id: str) -> ApiKey | None:
+        return self.session.scalar(
+            select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id)
+        )
+
+    def list_keys(self, tenant_id: str) -> list[ApiKey]:
+        return list(
+            self.session.scalars(
+                select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at)
+            )
+        )

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.bulk import copy_rows
+from service.models import Dataset, DatasetRow
+
+
+class DatasetRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, dataset: Dataset, rows: list[dict[str, Any]]) -> Dataset:
+        self.session.add(dataset)
+        self.session.flush()
+        copy_rows(
+            self.session,
+            "dataset_rows",
+            ["dataset_id", "row_index", "data"],
+            ((dataset.id, index, row) for index, row in enumerate(rows)),
+            json_columns=["data"],
+        )
+        return dataset
+
+    def get(self, tenant_id: str, dataset_id: str) -> Dataset | None:
+        return self.session.scalar(
+            select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
+        )
+
+    def list(self, tenant_id: str, *, limit: int, after: str | None) -> list[Dataset]:
+        statement = select(Dataset).where(Dataset.tenant_id == tenant_id)
+        if after:
+            anchor = self.get(tenant_id, after)
+            if anchor is not None:
+                statement = statement.where(
+                    (Dataset.created_at, Dataset.id) < (anchor.created_at, anchor.id)
+                )
+        statement = statement.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit)
+        return list(self.session.scalars(statement))
+
+    def rows(self, dataset_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        statement = (
+            select(DatasetRow.data)
+            .where(DatasetRow.dataset_id == dataset_id)
+            .order_by(DatasetRow.row_index)
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return list(self.session.scalars(statement))

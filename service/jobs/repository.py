@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from service.models import (
+    Completion,
+    Job,
+    JobConfigVersion,
+    JobEvent,
+    RewardFunctionVersion,
+    Step,
+)
+
+
+class JobRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # jobs
+    def add(self, job: Job) -> Job:
+        self.session.add(job)
+        self.session.flush()
+        return job
+
+    def get(self, tenant_id: str, job_id: str, *, for_update: bool = False) -> Job | None:
+        statement = select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id)
+        if for_update:
+            statement = statement.with_for_update()
+        return self.session.scalar(statement)
+
+    def get_any_tenant(self, job_id: str, *, for_update: bool = False) -> Job | None:
+        """For workers, which act on a job id the API already checked."""
+        statement = select(Job).where(Job.id == job_id)
+        if for_update:
+            statement = statement.with_for_update()
+        return self.session.scalar(statement)
+
+    def get_by_idempotency_key(self, tenant_id: str, key: str) -> Job | None:
+        return self.session.scalar(
+            select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key)
+        )
+
+    def list(
+        self, tenant_id: str, *, limit: int, after: str | None, status: str | None
+    ) -> list[Job]:
+        statement = select(Job).where(Job.tenant_id == tenant_id)
+        if status:
+            statement = statement.where(Job.status == status)
+        if after:
+            anchor = self.get(tenant_id, after)
+            if anchor is not None:
+                statement = statement.where(
+                    (Job.created_at, Job.id) < (anchor.created_at, anchor.id)
+                )
+        statement = statement.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
+        return list(self.session.scalars(statement))
+
+    # reward configs
+    def add_function_version(self, version: RewardFunctionVersion) -> None:
+        self.session.add(version)
+
+    def add_config_version(self, config: JobConfigVersion) -> None:
+        self.session.add(config)
+
+    def get_config_version(self, job_id: str, version: int) -> JobConfigVersion | None:
+        return self.session.scalar(
+            select(JobConfigVersion).where(
+                JobConfigVersion.job_id == job_id, JobConfigVersion.version == version
+            )
+        )
+
+    def list_config_versions(self, job_id: str) -> list[JobConfigVersion]:
+        return list(
+            self.session.scalars(
+                select(JobConfigVersion)
+                .where(JobConfigVersion.job_id == job_id)
+                .order_by(JobConfigVersion.version)
+            )
+        )
+
+    def function_sources(
+        self, job_id: str, keys: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], RewardFunctionVersion]:
+        if not keys:
+            return {}
+        names = {name for name, _ in keys}
+        rows = self.session.scalars(
+            select(RewardFunctionVersion).where(
+                RewardFunctionVersion.job_id == job_id, RewardFunctionVersion.name.in_(names)
+            )
+        )
+        wanted = set(keys)
+        return {(r.name, r.version): r for r in rows if (r.name, r.version) in wanted}
+
+    def latest_function_versions(self, job_id: str) -> dict[str, RewardFunctionVersion]:
+        latest: dict[str, RewardFunctionVersion] = {}
+        rows = self.session.scalars(
+            select(RewardFunctionVersion)
+            .where(RewardFunctionVersion.job_id == job_id)
+            .order_by(RewardFunctionVersion.version)
+        )
+        for row in rows:
+            latest[row.name] = row
+        return latest
+
+    # records
+    def list_steps(self, job_id: str, *, after_step: int, limit: int) -> list[Step]:
+        return list(
+            self.session.scalars(
+                select(Step)
+                .where(Step.job_id == job_id, Step.step > after_step)
+                .order_by(Step.step)
+                .limit(limit)
+            )
+        )
+
+    def list_completions(
+        self, job_id: str, *, step: int | None, after_id: int, limit: int
+    ) -> list[Completion]:
+        statement = select(Completion).where(Completion.job_id == job_id)
+        if step is not None:
+            statement = statement.where(Completion.step == step)
+        statement = statement.where(Completion.id > after_id).order_by(Completion.id).limit(limit)
+        return list(self.session.scalars(statement))
+
+    def count_completions(self, job_id: str) -> int:
+        return int(
+            self.session.scalar(
+                select(func.count()).select_from(Completion).where(Completion.job_id == job_id)
+            )
+            or 0
+        )
+
+    def add_event(
+        self,
+        job_id: str,
+        kind: str,
+        message: str,
+        *,
+        step: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.session.add(
+            JobEvent(job_id=job_id, kind=kind, message=message, step=step, data=data or {})
+        )
+
+    def list_events(self, job_id: str, *, after_id: int, limit: int) -> list[JobEvent]:
+        return list(
+            self.session.scalars(
+                select(JobEvent)
+                .where(JobEvent.job_id == job_id, JobEvent.id > after_id)
+                .order_by(JobEvent.id)
+                .limit(limit)
+            )
+        )
+
+    def delete_records_from_step(self, job_id: str, first_step: int) -> None:
+        """Remove what a lost worker recorded past its last checkpoint, before re-running it."""
+        for model in (Step, Completion):
+            self.session.execute(
+                delete(model).where(model.job_id == job_id, model.step >= first_step)
+            )

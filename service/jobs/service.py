@@ -1,0 +1,159 @@
+"""Job logic: creation, reads, cancellation. No HTTP here, and no commits: the caller's unit
+of work commits, and the training task is queued only after it has."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from sandbox.api import RewardCodeError, RewardForm
+from sandbox.inspection import inspect_reward_source
+from service.datasets.service import get_dataset
+from service.db import after_commit
+from service.errors import InvalidRewardFunction, NotFound
+from service.jobs.repository import JobRepository
+from service.jobs.schemas import JobCreate, RewardFunctionCreate
+from service.jobs.status import JobStatus, ensure_transition
+from service.models import (
+    Completion,
+    Job,
+    JobConfigVersion,
+    JobEvent,
+    RewardFunctionVersion,
+    Step,
+    new_id,
+)
+from workers.queue import enqueue_training
+
+
+def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
+    """Static check of every function (no user code runs here). 400 names the function."""
+    forms: dict[str, RewardForm] = {}
+    for name, function in functions.items():
+        try:
+            forms[name] = inspect_reward_source(name, function.source)
+        except RewardCodeError as exc:
+            raise InvalidRewardFunction(str(exc)) from None
+    return forms
+
+
+def create_job(
+    session: Session, tenant_id: str, payload: JobCreate, *, idempotency_key: str | None = None
+) -> Job:
+    repository = JobRepository(session)
+    if idempotency_key:
+        existing = repository.get_by_idempotency_key(tenant_id, idempotency_key)
+        if existing is not None:
+            return existing
+    get_dataset(session, tenant_id, payload.dataset_id)  # 404 for unknown or foreign ids
+    forms = check_reward_functions(payload.reward_functions)
+
+    job = Job(
+        id=new_id("job"),
+        tenant_id=tenant_id,
+        dataset_id=payload.dataset_id,
+        name=payload.name,
+        base_model=payload.base_model,
+        hyperparameters=payload.hyperparameters.model_dump(mode="json"),
+        status=JobStatus.QUEUED.value,
+        config_version=1,
+        allow_network=payload.allow_network,
+        runtime_packages=[],
+        idempotency_key=idempotency_key,
+    )
+    try:
+        # A savepoint: a concurrent create with the same idempotency key loses the race here
+        # and returns the winner's job instead of failing the request.
+        with session.begin_nested():
+            repository.add(job)
+    except IntegrityError:
+        if idempotency_key:
+            winner = repository.get_by_idempotency_key(tenant_id, idempotency_key)
+            if winner is not None:
+                return winner
+        raise
+    for name, function in payload.reward_functions.items():
+        repository.add_function_version(
+            RewardFunctionVersion(
+                job_id=job.id, name=name, version=1, source=function.source, form=forms[name]
+            )
+        )
+    repository.add_config_version(
+        JobConfigVersion(
+            job_id=job.id,
+            version=1,
+            reward_functions={
+                name: {"version": 1, "weight": function.weight}
+                for name, function in payload.reward_functions.items()
+            },
+            temperature=payload.hyperparameters.temperature,
+            top_p=payload.hyperparameters.top_p,
+        )
+    )
+    repository.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
+    job_id = job.id
+    after_commit(session, lambda: enqueue_training(job_id))
+    return job
+
+
+def get_job(session: Session, tenant_id: str, job_id: str, *, for_update: bool = False) -> Job:
+    job = JobRepository(session).get(tenant_id, job_id, for_update=for_update)
+    if job is None:
+        # Another tenant's job is reported exactly like a missing one.
+        raise NotFound(f"job {job_id!r} not found")
+    return job
+
+
+def list_jobs(
+    session: Session, tenant_id: str, *, limit: int, after: str | None, status: JobStatus | None
+) -> list[Job]:
+    return JobRepository(session).list(
+        tenant_id, limit=limit, after=after, status=status.value if status else None
+    )
+
+
+def transition(session: Session, job: Job, target: JobStatus, *, reason: str | None = None) -> Job:
+    """Move a job (already read FOR UPDATE) to ``target``, or raise 409."""
+    ensure_transition(job.id, JobStatus(job.status), target)
+    now = datetime.now(UTC)
+    job.status = target.value
+    if target == JobStatus.RUNNING and job.started_at is None:
+        job.started_at = now
+    if target.is_terminal:
+        job.finished_at = now
+    if reason is not None:
+        job.failure_reason = reason
+    message = f"job {target.value}" + (f": {reason}" if reason else "")
+    JobRepository(session).add_event(job.id, "status", message, data={"status": target.value})
+    return job
+
+
+def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
+    """A queued job is cancelled at once; a running one stops at its next step boundary."""
+    job = get_job(session, tenant_id, job_id, for_update=True)
+    return transition(session, job, JobStatus.CANCELLED, reason="cancelled by the user")
+
+
+def list_steps(
+    session: Session, tenant_id: str, job_id: str, *, after_step: int, limit: int
+) -> list[Step]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit)
+
+
+def list_completions(
+    session: Session, tenant_id: str, job_id: str, *, step: int | None, after_id: int, limit: int
+) -> list[Completion]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_completions(
+        job_id, step=step, after_id=after_id, limit=limit
+    )
+
+
+def list_events(
+    session: Session, tenant_id: str, job_id: str, *, after_id: int, limit: int
+) -> list[JobEvent]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_events(job_id, after_id=after_id, limit=limit)

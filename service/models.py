@@ -1,0 +1,240 @@
+"""Every table. Alembic migrations in migrations/ create them; autogenerate compares to this."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# JSONB on Postgres; the variant keeps the models importable where only JSON exists.
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    # sha256 of the key: keys are 256-bit random, so a fast hash is enough and lookups stay O(1).
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(300))
+    file_format: Mapped[str] = mapped_column(String(16))
+    row_count: Mapped[int] = mapped_column(Integer)
+    columns: Mapped[list[str]] = mapped_column(Json)
+    prompt_kind: Mapped[str] = mapped_column(String(16))  # "text" or "chat"
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DatasetRow(Base):
+    __tablename__ = "dataset_rows"
+
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    row_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(Json)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
+        Index("ix_jobs_tenant_id_created_at", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    name: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    base_model: Mapped[str] = mapped_column(String(500))
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column(Json)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The newest stored reward config; the worker applies it at the next step boundary.
+    config_version: Mapped[int] = mapped_column(Integer, default=1)
+    applied_config_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    steps_completed: Mapped[int] = mapped_column(Integer, default=0)
+    allow_network: Mapped[bool] = mapped_column(Boolean, default=False)
+    runtime_packages: Mapped[list[str]] = mapped_column(Json, default=list)
+    adapter_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RewardFunctionVersion(Base):
+    """The source of one version of one named reward function of a job."""
+
+    __tablename__ = "reward_function_versions"
+    __table_args__ = (
+        UniqueConstraint("job_id", "name", "version", name="uq_reward_function_versions_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    version: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(Text)
+    form: Mapped[str] = mapped_column(String(16))  # "sample" or "batch"
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JobConfigVersion(Base):
+    """A whole editable config: which function versions, with which weights, and sampling."""
+
+    __tablename__ = "job_config_versions"
+    __table_args__ = (UniqueConstraint("job_id", "version", name="uq_job_config_versions_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    # {name: {"version": int, "weight": float}}
+    reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
+    top_p: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    applied_at_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Step(Base):
+    __tablename__ = "steps"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_version: Mapped[int] = mapped_column(Integer)
+    reward_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reward_std: Mapped[float | None] = mapped_column(Float, nullable=True)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kl: Mapped[float | None] = mapped_column(Float, nullable=True)
+    learning_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_s: Mapped[float] = mapped_column(Float)
+    # {name: {"version", "weight", "mean", "std", "scored", "errors", "error_rate"}}
+    reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Completion(Base):
+    __tablename__ = "completions"
+    __table_args__ = (Index("ix_completions_job_id_step_id", "job_id", "step", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    config_version: Mapped[int] = mapped_column(Integer)
+    prompt_index: Mapped[int] = mapped_column(Integer)
+    group_position: Mapped[int] = mapped_column(Integer)
+    dataset_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    prompt: Mapped[Any] = mapped_column(Json)
+    completion: Mapped[str] = mapped_column(Text)
+    # {name: score or null}
+    scores: Mapped[dict[str, Any]] = mapped_column(Json)
+    total: Mapped[float | None] = mapped_column(Float, nullable=True)
+    advantage: Mapped[float | None] = mapped_column(Float, nullable=True)
+    token_count: Mapped[int] = mapped_column(Integer)
+
+
+class RewardErrorRecord(Base):
+    __tablename__ = "reward_errors"
+    __table_args__ = (Index("ix_reward_errors_job_id_step", "job_id", "step"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    function_name: Mapped[str] = mapped_column(String(100))
+    function_version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
+    sample_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class RewardLog(Base):
+    """A reward function's stdout and stderr during one step, bounded."""
+
+    __tablename__ = "reward_logs"
+    __table_args__ = (Index("ix_reward_logs_job_id_step", "job_id", "step"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    function_name: Mapped[str] = mapped_column(String(100))
+    function_version: Mapped[int] = mapped_column(Integer)
+    output: Mapped[str] = mapped_column(Text)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,78 @@
+"""One settings object for the API, the workers and the CLI. Every variable starts with RFT_."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RFT_", env_file=".env", extra="ignore")
+
+    environment: Literal["development", "test", "production"] = "development"
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of Postgres (postgresql+psycopg://...). "
+        "Unset: `rft-server up` starts an embedded Postgres under state_dir.",
+    )
+    redis_url: str | None = Field(
+        None, description="Celery broker. Unset: `rft-server up` starts an embedded Redis."
+    )
+    state_dir: Path = Field(
+        Path(".rft"), description="Embedded servers' data, artifacts and the model cache."
+    )
+    artifacts_dir: Path | None = Field(None, description="Checkpoints and adapters.")
+    model_cache_dir: Path | None = Field(None, description="Built-in tiny model cache.")
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    max_upload_bytes: int = Field(200 * 1024 * 1024, description="Largest dataset upload.")
+    max_dataset_rows: int = 1_000_000
+    sandbox_isolation: Literal["auto", "bwrap", "none"] = Field(
+        "auto",
+        description="How reward code is isolated. 'auto' uses bubblewrap and refuses to run "
+        "user code without it; 'none' is an insecure development switch.",
+    )
+    reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
+    reward_memory_limit_mb: int = Field(1024, ge=64)
+    bootstrap_api_key: SecretStr | None = Field(
+        None, description="Create this API key for tenant 'default' at startup (development)."
+    )
+
+    @model_validator(mode="after")
+    def _refuse_insecure_production(self) -> Settings:
+        if self.environment == "production" and self.sandbox_isolation == "none":
+            raise ValueError("RFT_SANDBOX_ISOLATION=none is refused in production")
+        return self
+
+    @property
+    def resolved_artifacts_dir(self) -> Path:
+        return (self.artifacts_dir or self.state_dir / "artifacts").resolve()
+
+    @property
+    def resolved_model_cache_dir(self) -> Path:
+        return (self.model_cache_dir or self.state_dir / "models").resolve()
+
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise RuntimeError(
+                "RFT_DATABASE_URL is not set. Start the stack with `rft-server up`, which "
+                "starts an embedded Postgres, or point RFT_DATABASE_URL at a server."
+            )
+        return self.database_url
+
+    def require_redis_url(self) -> str:
+        if not self.redis_url:
+            raise RuntimeError(
+                "RFT_REDIS_URL is not set. Start the stack with `rft-server up`, which starts "
+                "an embedded Redis, or point RFT_REDIS_URL at a server."
+            )
+        return self.redis_url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,168 @@
+"""The whole service on one machine: Postgres and Redis (embedded unless URLs are given),
+migrations, the API and training workers as child processes. `rft-server up` and the
+integration tests both run it, so the tests exercise the same entry points as users."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_migrations(database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    command.upgrade(config, "head")
+
+
+class LocalStack:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        api_port: int | None = None,
+        workers: int = 1,
+        extra_env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.state_dir = state_dir.resolve()
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.api_port = api_port or free_port()
+        self.worker_count = workers
+        self.extra_env = extra_env or {}
+        self.log_dir = (log_dir or self.state_dir / "logs").resolve()
+        self._postgres: EmbeddedPostgres | None = None
+        self._redis: EmbeddedRedis | None = None
+        self.api: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self._worker_serial = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self) -> LocalStack:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if not self.database_url:
+                self._postgres = EmbeddedPostgres(self.state_dir / "postgres")
+                self.database_url = self._postgres.start()
+            if not self.redis_url:
+                self._redis = EmbeddedRedis(self.state_dir / "redis")
+                self.redis_url = self._redis.start()
+            run_migrations(self.database_url)
+            self.start_api()
+            for _ in range(self.worker_count):
+                self.start_worker()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def child_env(self) -> dict[str, str]:
+        assert self.database_url and self.redis_url
+        env = dict(os.environ)
+        env.update(
+            {
+                "RFT_DATABASE_URL": self.database_url,
+                "RFT_REDIS_URL": self.redis_url,
+                "RFT_STATE_DIR": str(self.state_dir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - the child owns it
+        return subprocess.Popen(
+            args,
+            env=self.child_env(),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C reaches us; we stop the children in order
+        )
+
+    def start_api(self) -> None:
+        self.api = self._spawn(
+            [
+                sys.executable, "-m", "uvicorn", "service.app:app",
+                "--host", "127.0.0.1", "--port", str(self.api_port), "--log-level", "warning",
+            ],
+            "api.log",
+        )  # fmt: skip
+        self.wait_until_ready()
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        self._worker_serial += 1
+        name = f"worker{self._worker_serial}"
+        worker = self._spawn(
+            [
+                sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+                "--pool", "solo", "--concurrency", "1", "--queues", "training",
+                "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip",
+                "--without-mingle",
+            ],
+            f"{name}.log",
+        )  # fmt: skip
+        self.workers.append(worker)
+        return worker
+
+    def wait_until_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.api is not None and self.api.poll() is not None:
+                raise RuntimeError(f"the API exited; see {self.log_dir / 'api.log'}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"the API was not ready within {timeout_s} s")
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.api]:
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, 15)
+        for process in [*self.workers, self.api]:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, 9)
+                process.wait()
+        self.workers.clear()
+        self.api = None
+        if self._redis is not None:
+            self._redis.stop()
+        if self._postgres is not None:
+            self._postgres.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+GOOD_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
+
+
+@pytest.fixture
+def dataset_id(client: httpx.Client) -> str:
+    rows = "\n".join(json.dumps({"prompt": f"p{i}"}) for i in range(8)).encode()
+    return client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"]
+
+
+def job_request(dataset_id: str, source: str = GOOD_SOURCE, **overrides: object) -> dict:
+    body: dict = {
+        "dataset_id": dataset_id,
+        "reward_functions": {"shout": {"source": source, "weight": 1.0}},
+        "hyperparameters": {"train_steps": 1},
+    }
+    body.update(overrides)
+    return body
+
+
+def job_count(client: httpx.Client) -> int:
+    return len(client.get("/v1/jobs", params={"limit": 1000}).json()["data"])
+
+
+def test_syntax_error_in_reward_code_is_400_naming_the_function(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    before = job_count(client)
+    response = client.post(
+        "/v1/jobs", json=job_request(dataset_id, "def shout(prompt, completion, example:\n  x")
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "InvalidRewardFunction"
+    assert "'shout'" in response.json()["detail"]
+    assert job_count(client) == before
+
+
+def test_wrong_signature_is_400(client: httpx.Client, dataset_id: str) -> None:
+    response = client.post("/v1/jobs", json=job_request(dataset_id, "def shout(x):\n  return 1\n"))
+    assert response.status_code == 400
+    assert "shout" in response.json()["detail"]
+
+
+def test_unknown_dataset_is_404(client: httpx.Client) -> None:
+    before = job_count(client)
+    response = client.post("/v1/jobs", json=job_request("ds_nope"))
+    assert response.status_code == 404
+    assert "ds_nope" in response.json()["detail"]
+    assert job_count(client) == before
+
+
+def test_another_tenants_dataset_cannot_be_used(
+    client: httpx.Client, other_client: httpx.Client, dataset_id: str
+) -> None:
+    assert other_client.post("/v1/jobs", json=job_request(dataset_id)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "field"),
+    [
+        ({"train_steps": 0}, "train_steps"),
+        ({"num_generations": 1}, "num_generations"),
+        ({"learning_rate": -1}, "learning_rate"),
+        ({"lora_target_modules": ["lm_head"]}, "lm_head"),
+        ({"no_such_knob": 1}, "no_such_knob"),
+    ],
+)
+def test_invalid_hyperparameters_are_422_naming_the_field(
+    client: httpx.Client, dataset_id: str, hyperparameters: dict, field: str
+) -> None:
+    response = client.post(
+        "/v1/jobs", json=job_request(dataset_id, hyperparameters=hyperparameters)
+    )
+    assert response.status_code == 422
+    assert field in response.text
+
+
+def test_another_tenants_job_is_404_everywhere(
+    client: httpx.Client, other_client: httpx.Client, dataset_id: str
+) -> None:
+    job = client.post("/v1/jobs", json=job_request(dataset_id)).json()
+    for path in ("", "/steps", "/completions", "/events/history"):
+        response = other_client.get(f"/v1/jobs/{job['id']}{path}")
+        assert response.status_code == 404, path
+    assert other_client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 404
+    assert client.get(f"/v1/jobs/{job['id']}").json()["status"] != "cancelled"
+    assert job["id"] not in [j["id"] for j in other_client.get("/v1/jobs").json()["data"]]
+
+
+def test_idempotency_key_returns_the_same_job(client: httpx.Client, dataset_id: str) -> None:
+    headers = {"Idempotency-Key": "create-once"}
+    first = client.post("/v1/jobs", json=job_request(dataset_id), headers=headers)
+    second = client.post("/v1/jobs", json=job_request(dataset_id), headers=headers)
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] == second.json()["id"]
+
+
+def test_cancelling_an_ended_job_is_409(client: httpx.Client, dataset_id: str) -> None:
+    job = client.post("/v1/jobs", json=job_request(dataset_id)).json()
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 409
+    assert response.json()["error"] == "IllegalTransition"

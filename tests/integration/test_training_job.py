@@ -1,0 +1,156 @@
+"""A real GRPO job through the HTTP API: Postgres, Redis, a Celery worker process, TRL."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from service.demo.follow import DEMO_DIR, demo_job_request
+
+pytestmark = pytest.mark.integration
+
+FINAL = {"succeeded", "failed", "cancelled"}
+
+SAMPLE_FORM = """
+def vowels(prompt, completion, example):
+    print("scoring", len(completion))
+    return sum(ch in "aeiou" for ch in completion) / max(1, len(completion))
+"""
+BATCH_FORM = """
+def length_bonus(prompts, completions, **kwargs):
+    return [min(len(c), 10) / 10 + len(kwargs["topic"][i]) * 0.0 for i, c in enumerate(completions)]
+"""
+
+
+def wait_for(client: httpx.Client, job_id: str, timeout_s: float = 600) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in FINAL:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not finish within {timeout_s} s: {job}")
+
+
+def all_completions(client: httpx.Client, job_id: str, **params: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cursor = 0
+    while True:
+        page = client.get(
+            f"/v1/jobs/{job_id}/completions", params={"after": cursor, "limit": 100, **params}
+        ).json()
+        rows.extend(page["data"])
+        if not page["has_more"]:
+            return rows
+        cursor = int(page["next_cursor"])
+
+
+def upload_jsonl(client: httpx.Client, rows: list[dict[str, Any]]) -> str:
+    content = "\n".join(json.dumps(r) for r in rows).encode()
+    response = client.post("/v1/datasets", files={"file": ("rows.jsonl", content)})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def run_source(source: str, name: str) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile(source, name, "exec"), namespace)
+    return namespace[name]
+
+
+def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
+    topics = ["cats", "dogs", "the sea", "apples", "rain", "music"]
+    dataset_id = upload_jsonl(client, [{"prompt": f"Write about {t}:", "topic": t} for t in topics])
+    steps, prompts_per_step, generations = 4, 2, 4
+    response = client.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": dataset_id,
+            "reward_functions": {
+                "vowels": {"source": SAMPLE_FORM, "weight": 1.0},
+                "length_bonus": {"source": BATCH_FORM, "weight": 0.5},
+            },
+            "hyperparameters": {
+                "train_steps": steps,
+                "prompts_per_step": prompts_per_step,
+                "num_generations": generations,
+                "max_completion_length": 12,
+            },
+        },
+    )
+    assert response.status_code == 201, response.text
+    job = wait_for(client, response.json()["id"])
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert job["steps_completed"] == steps
+
+    step_rows = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+    assert [s["step"] for s in step_rows] == list(range(1, steps + 1))
+    for step in step_rows:
+        assert set(step["reward_functions"]) == {"vowels", "length_bonus"}
+        assert step["reward_functions"]["vowels"]["scored"] == prompts_per_step * generations
+        assert step["loss"] is not None and step["learning_rate"] is not None
+        assert step["duration_s"] > 0
+
+    completions = all_completions(client, job["id"])
+    assert len(completions) == steps * prompts_per_step * generations
+    vowels = run_source(SAMPLE_FORM, "vowels")
+    length_bonus = run_source(BATCH_FORM, "length_bonus")
+    for row in completions:
+        expected_vowels = vowels(row["prompt"], row["completion"], {})
+        expected_length = length_bonus([row["prompt"]], [row["completion"]], topic=["x"])[0]
+        assert row["scores"]["vowels"] == pytest.approx(expected_vowels)
+        assert row["scores"]["length_bonus"] == pytest.approx(expected_length)
+        assert row["total"] == pytest.approx(expected_vowels + 0.5 * expected_length)
+        assert row["advantage"] is not None and math.isfinite(row["advantage"])
+        assert row["token_count"] >= 0
+
+    # Each step's mean equals the mean of its stored completions' totals.
+    for step in step_rows:
+        totals = [c["total"] for c in completions if c["step"] == step["step"]]
+        assert step["reward_mean"] == pytest.approx(sum(totals) / len(totals), rel=1e-4)
+
+    # Completions filter by step, and pages do not overlap.
+    step_two = all_completions(client, job["id"], step=2)
+    assert {c["step"] for c in step_two} == {2}
+    assert len({c["id"] for c in completions}) == len(completions)
+
+
+def test_demo_job_learns(client: httpx.Client) -> None:
+    with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
+        dataset = client.post("/v1/datasets", files={"file": ("demo.jsonl", handle)}).json()
+    response = client.post("/v1/jobs", json=demo_job_request(dataset["id"], train_steps=20))
+    job = wait_for(client, response.json()["id"])
+    assert job["status"] == "succeeded", job["failure_reason"]
+    rewards = [s["reward_mean"] for s in client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]]
+    assert len(rewards) == 20
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.05, rewards
+
+
+def test_cancel_stops_a_running_job(client: httpx.Client) -> None:
+    dataset_id = upload_jsonl(client, [{"prompt": f"p{i}"} for i in range(4)])
+    source = "def slow(prompt, completion, example):\n    return 1.0\n"
+    job = client.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": dataset_id,
+            "reward_functions": {"slow": {"source": source}},
+            "hyperparameters": {"train_steps": 500},
+        },
+    ).json()
+    deadline = time.monotonic() + 300
+    while client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"] < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+    time.sleep(3)
+    stopped_at = client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
+    time.sleep(2)
+    final = client.get(f"/v1/jobs/{job['id']}").json()
+    assert final["status"] == "cancelled"
+    assert final["steps_completed"] == stopped_at < 500

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.api import RewardFunctionSpec, RewardSandbox
+from service.demo import demo_dataset, demo_rewards_source
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.grpo import TrainingSpec
+from workers.training.records import RewardConfig
+
+
+def _real_sandbox() -> RewardSandbox | None:
+    """The real process sandbox, without namespaces (tests need no bubblewrap), if it exists yet."""
+    try:
+        from sandbox.process import ProcessSandbox
+        from sandbox.settings import SandboxSettings
+    except ImportError:
+        return None
+    return ProcessSandbox(SandboxSettings(isolation="none"))
+
+
+@pytest.fixture
+def make_sandbox() -> Iterator[Callable[[], RewardSandbox]]:
+    started: list[RewardSandbox] = []
+
+    def make() -> RewardSandbox:
+        sandbox = _real_sandbox()
+        if sandbox is None:
+            from .in_process_sandbox import InProcessSandbox
+
+            sandbox = InProcessSandbox()
+        started.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in started:
+        sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+def letter_config(version: int = 1, **changes: Any) -> RewardConfig:
+    source = demo_rewards_source()
+    return RewardConfig(
+        version=version,
+        functions=[RewardFunctionSpec("letter_fraction", source, weight=1.0, version=version)],
+        **changes,
+    )
+
+
+@pytest.fixture
+def make_spec(
+    tmp_path: Path, model_cache_dir: Path
+) -> Callable[..., TrainingSpec]:
+    counter = iter(range(1_000_000))
+
+    def make(
+        *,
+        reward_config: RewardConfig | None = None,
+        dataset: list[dict[str, Any]] | None = None,
+        resume_from_checkpoint: Path | None = None,
+        output_dir: Path | None = None,
+        **hyperparameters: Any,
+    ) -> TrainingSpec:
+        return TrainingSpec(
+            base_model="rft-tiny",
+            dataset=dataset if dataset is not None else demo_dataset(),
+            reward_config=reward_config or letter_config(),
+            hyperparameters=Hyperparameters(**hyperparameters),
+            output_dir=output_dir or tmp_path / f"run-{next(counter)}",
+            model_cache_dir=model_cache_dir,
+            resume_from_checkpoint=resume_from_checkpoint,
+        )
+
+    return make

@@ -1,0 +1,47 @@
+"""A TrainingObserver that keeps everything in memory and follows a script of updates and stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.training.records import RewardConfig, StepRecord
+
+
+@dataclass
+class RecordingObserver:
+    # Reward config to hand out when step N is about to start (N is 1-based).
+    config_updates: dict[int, RewardConfig] = field(default_factory=dict)
+    # Ask to stop once this many steps have been reported.
+    stop_after: int | None = None
+    stop_reason: str = "cancelled by test"
+    # The step a run starts at: 1, or checkpoint + 1 when resuming.
+    first_step: int = 1
+
+    records: list[StepRecord] = field(default_factory=list)
+    checkpoints: list[tuple[int, Path]] = field(default_factory=list)
+    polled_versions: list[int] = field(default_factory=list)
+
+    def on_step(self, record: StepRecord) -> None:
+        self.records.append(record)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self.checkpoints.append((step, path))
+
+    def should_stop(self) -> str | None:
+        if self.stop_after is not None and len(self.records) >= self.stop_after:
+            return self.stop_reason
+        return None
+
+    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+        self.polled_versions.append(current_version)
+        # The trainer polls exactly once before each step.
+        next_step = self.first_step + len(self.polled_versions) - 1
+        update = self.config_updates.get(next_step)
+        if update is not None and update.version > current_version:
+            return update
+        return None
+
+    @property
+    def rewards(self) -> list[float | None]:
+        return [record.reward_mean for record in self.records]

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+from sandbox.api import RewardFunctionSpec
+from workers.training.records import RewardConfig
+from workers.training.reward_dispatch import (
+    DATASET_INDEX_COLUMN,
+    RewardDispatcher,
+    completion_text,
+    weighted_total,
+)
+
+from .in_process_sandbox import InProcessSandbox
+
+SOURCE = '''
+def length(prompt, completion, example):
+    return float(len(completion))
+
+
+def picky(prompt, completion, example):
+    if completion == "boom":
+        raise ValueError("no")
+    if completion == "skip":
+        return None
+    return example["bonus"]
+'''
+
+
+def test_completion_text_of_plain_and_conversational_completions() -> None:
+    assert completion_text("abc") == "abc"
+    assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]) == "x"
+
+
+@pytest.mark.parametrize(
+    ("scores", "weights", "expected"),
+    [
+        ([1.0, 2.0], [1.0, 0.5], 2.0),
+        ([None, 2.0], [1.0, 0.5], 1.0),
+        ([None, None], [1.0, 0.5], None),
+        ([0.0, None], [1.0, 0.5], 0.0),
+    ],
+)
+def test_weighted_total(
+    scores: list[float | None], weights: list[float], expected: float | None
+) -> None:
+    assert weighted_total(scores, weights) == expected
+
+
+def test_dispatcher_scores_in_trl_shape_and_keeps_the_batch() -> None:
+    config = RewardConfig(
+        version=3,
+        functions=[
+            RewardFunctionSpec("length", SOURCE, weight=0.5, version=2),
+            RewardFunctionSpec("picky", SOURCE, weight=2.0, version=5),
+        ],
+    )
+    dispatcher = RewardDispatcher(InProcessSandbox(), config)
+    dispatcher.load_initial()
+    prompt = [{"role": "user", "content": "hi"}]
+    completions = [[{"role": "assistant", "content": text}] for text in ("ab", "boom", "skip")]
+
+    totals = dispatcher(
+        prompts=[prompt] * 3,
+        completions=completions,
+        completion_ids=[[1, 2], [3], [4, 5, 6]],
+        bonus=[1.0, 1.0, 1.0],
+        **{DATASET_INDEX_COLUMN: [7, 7, 7]},
+        trainer_state=None,
+        log_metric=print,
+    )
+
+    # length only where picky raised or gave None; both where both scored.
+    assert totals == [0.5 * 2 + 2.0 * 1.0, 0.5 * 4, 0.5 * 4]
+    generation = dispatcher.last_generation
+    assert generation is not None
+    assert generation.config_version == 3
+    assert generation.completions == ["ab", "boom", "skip"]
+    assert generation.token_counts == [2, 1, 3]
+    assert generation.dataset_indices == [7, 7, 7]
+    assert generation.versions == {"length": 2, "picky": 5}
+    assert generation.results["picky"].scores == [1.0, None, None]
+    assert generation.results["picky"].failed_samples == 1

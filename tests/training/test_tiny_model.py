@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from workers.training.tiny_model import (
+    TINY_MODEL_NAME,
+    directory_digest,
+    ensure_tiny_model,
+    resolve_base_model,
+)
+
+
+def test_builds_byte_identical_models(tmp_path: Path, model_cache_dir: Path) -> None:
+    first = ensure_tiny_model(model_cache_dir)
+    second = ensure_tiny_model(tmp_path / "elsewhere")
+    assert first != second
+    assert directory_digest(first) == directory_digest(second)
+    # A second call reuses the build instead of rebuilding.
+    assert ensure_tiny_model(model_cache_dir) == first
+    assert [p.name for p in model_cache_dir.iterdir() if not p.name.startswith(".")] == [first.name]
+
+
+def test_reloads_and_generates_with_chatml(model_cache_dir: Path) -> None:
+    path = ensure_tiny_model(model_cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.pad_token == "<|pad|>"
+    assert 384 <= len(tokenizer) <= 512
+    assert model.config.tie_word_embeddings
+    assert sum(p.numel() for p in model.parameters()) < 200_000
+
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "say a"}], add_generation_prompt=True, tokenize=False
+    )
+    assert text == "<|im_start|>user\nsay a<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer(text, return_tensors="pt")
+    torch.manual_seed(0)
+    output = model.generate(**ids, max_new_tokens=8, do_sample=True)
+    assert output.shape[1] > ids["input_ids"].shape[1]
+
+
+def test_resolve_base_model(model_cache_dir: Path) -> None:
+    assert resolve_base_model(TINY_MODEL_NAME, model_cache_dir) == str(
+        ensure_tiny_model(model_cache_dir)
+    )
+    assert resolve_base_model("Qwen/Qwen2.5-0.5B", model_cache_dir) == "Qwen/Qwen2.5-0.5B"
+    assert resolve_base_model("/models/local", model_cache_dir) == "/models/local"

@@ -1,0 +1,35 @@
+"""The Celery application. The database is the source of truth for a job; the queue only
+says "go", so a lost or repeated message cannot corrupt a run."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.settings import get_settings
+
+TRAIN_JOB_TASK = "rft.train_job"
+
+# Training tasks run for hours. With acks_late a message stays unacknowledged while it runs,
+# and Redis redelivers unacknowledged messages after the visibility timeout: keep that far
+# beyond any run, and let the job's heartbeat (not redelivery) detect a lost worker.
+VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
+
+
+def create_celery_app() -> Celery:
+    settings = get_settings()
+    broker = settings.redis_url or "redis://127.0.0.1:6379/0"
+    app = Celery("rft", broker=broker, include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=False,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        task_default_queue="training",
+    )
+    return app
+
+
+celery_app = create_celery_app()

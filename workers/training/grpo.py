@@ -1,0 +1,193 @@
+"""One GRPO + LoRA training run: TRL does the optimization, we feed rewards and report steps.
+
+``run_grpo`` is a plain function (no Celery, no database): the worker wraps it, and tests call it
+directly on the built-in tiny model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from trl import GRPOConfig
+from trl.import_utils import is_vllm_available
+
+from sandbox.api import RewardSandbox
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.records import RewardConfig, TrainingObserver
+from workers.training.recording_trainer import RecordingGRPOTrainer
+from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
+from workers.training.step_reporting import StepReporter
+from workers.training.tiny_model import resolve_base_model
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_DIRNAME = "adapter"
+
+
+@dataclass
+class TrainingSpec:
+    base_model: str  # a hub id, a local path, or "rft-tiny"
+    # Each row has a "prompt" (a string or a list of chat messages); every other column is
+    # passed to the reward functions as part of the row.
+    dataset: list[dict[str, Any]]
+    reward_config: RewardConfig
+    hyperparameters: Hyperparameters
+    output_dir: Path  # checkpoints (checkpoint-N) and the final adapter land here
+    model_cache_dir: Path  # where the built-in tiny model is built
+    # A checkpoint-N directory of an earlier run with the same spec: steps after N are re-run.
+    resume_from_checkpoint: Path | None = None
+    # How many checkpoints to keep on disk; None keeps all (the observer may have recorded them).
+    keep_checkpoints: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.dataset:
+            raise ValueError("dataset: no rows to train on")
+        missing = [i for i, row in enumerate(self.dataset) if "prompt" not in row]
+        if missing:
+            raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")
+        if not self.reward_config.functions:
+            raise ValueError("reward_config: give at least one reward function")
+        hp = self.hyperparameters
+        if len(self.dataset) < hp.prompts_per_step:
+            raise ValueError(
+                f"dataset: {len(self.dataset)} rows, fewer than prompts_per_step={hp.prompts_per_step}"
+            )
+
+
+@dataclass
+class TrainingOutcome:
+    steps_completed: int
+    stop_reason: str | None  # what should_stop() returned, or None when the run reached train_steps
+    adapter_path: Path
+
+
+def run_grpo(
+    spec: TrainingSpec, sandbox: RewardSandbox, observer: TrainingObserver
+) -> TrainingOutcome:
+    """Train a LoRA adapter with GRPO, scoring in ``sandbox`` and reporting each step to ``observer``.
+
+    Loads ``spec.reward_config`` into the sandbox first (RewardCodeError if it cannot load); the
+    caller owns the sandbox and closes it. Exceptions from TRL or the sandbox propagate.
+    """
+    hp = spec.hyperparameters
+    model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
+    use_cuda = torch.cuda.is_available()
+    use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
+    use_vllm = use_cuda and is_vllm_available()
+
+    dispatcher = RewardDispatcher(sandbox, spec.reward_config)
+    dispatcher.load_initial()
+
+    tokenizer = _load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
+    )
+    trainer = RecordingGRPOTrainer(
+        model=model,
+        reward_funcs=[dispatcher],
+        args=_grpo_config(spec, use_bf16=use_bf16, use_vllm=use_vllm),
+        train_dataset=_indexed_dataset(spec.dataset),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=hp.lora_rank,
+            lora_alpha=hp.lora_alpha,
+            lora_dropout=hp.lora_dropout,
+            target_modules=hp.lora_target_modules,
+            task_type="CAUSAL_LM",
+        ),
+        max_prompt_length=hp.max_prompt_length,
+    )
+    reporter = StepReporter(
+        trainer=trainer,
+        dispatcher=dispatcher,
+        observer=observer,
+        num_generations=hp.num_generations,
+    )
+    trainer.add_callback(reporter)
+    trainer.set_sampling(
+        temperature=spec.reward_config.temperature, top_p=spec.reward_config.top_p
+    )
+
+    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
+    trainer.train(resume_from_checkpoint=resume)
+
+    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
+    trainer.model.save_pretrained(adapter_path)
+    tokenizer.save_pretrained(adapter_path)
+    return TrainingOutcome(
+        steps_completed=trainer.state.global_step,
+        stop_reason=reporter.stop_reason,
+        adapter_path=adapter_path,
+    )
+
+
+def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
+    # Left padding and truncation as TRL sets them when it loads the tokenizer itself.
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, padding_side="left", truncation_side="left"
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
+    return Dataset.from_list([{**row, DATASET_INDEX_COLUMN: i} for i, row in enumerate(rows)])
+
+
+def _grpo_config(spec: TrainingSpec, *, use_bf16: bool, use_vllm: bool) -> GRPOConfig:
+    hp = spec.hyperparameters
+    vllm_settings: dict[str, Any] = {}
+    if use_vllm:
+        # Colocated vLLM shares the training GPU, so it must not take most of its memory.
+        vllm_settings = {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": 0.3,
+        }
+    return GRPOConfig(
+        output_dir=str(spec.output_dir),
+        # One generation per optimizer step: the step's batch is exactly its completions, so
+        # a step's record, config version and advantages all describe the same samples.
+        per_device_train_batch_size=hp.completions_per_step,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=hp.num_generations,
+        max_completion_length=hp.max_completion_length,
+        temperature=hp.temperature,
+        top_p=hp.top_p,
+        beta=hp.beta,
+        loss_type=hp.loss_type,
+        learning_rate=hp.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=hp.train_steps,
+        seed=hp.seed,
+        data_seed=hp.seed,
+        shuffle_dataset=True,
+        # Extra dataset columns are reward inputs, not model inputs: keep them.
+        remove_unused_columns=False,
+        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail.
+        bf16=use_bf16,
+        fp16=False,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=hp.checkpoint_every,
+        save_total_limit=spec.keep_checkpoints,
+        # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
+        save_only_model=False,
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+        **vllm_settings,
+    )

@@ -1,0 +1,74 @@
+"""What the training loop reports, one step at a time. Plain data: no database, no Celery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sandbox.api import FunctionResult, RewardFunctionSpec
+
+
+@dataclass
+class CompletionRecord:
+    prompt_index: int  # which prompt of the step (0 .. prompts_per_step - 1)
+    group_position: int  # which completion of that prompt's group (0 .. num_generations - 1)
+    dataset_index: int | None  # the prompt's row in the dataset, when known
+    prompt: Any  # a string, or a list of chat messages
+    completion: str
+    scores: dict[str, float | None]  # by function name; None where the function gave no score
+    total: float | None  # weighted sum of the scores that exist; None when none exist
+    advantage: float | None
+    token_count: int
+
+
+@dataclass
+class FunctionStepMetrics:
+    name: str
+    version: int
+    weight: float
+    mean: float | None  # over samples with a score
+    std: float | None
+    scored: int  # samples with a score
+    errors: int  # samples whose score was lost to an error
+
+
+@dataclass
+class StepRecord:
+    step: int  # 1-based optimizer step
+    config_version: int
+    reward_mean: float | None
+    reward_std: float | None
+    loss: float | None
+    kl: float | None
+    learning_rate: float | None
+    duration_s: float
+    functions: dict[str, FunctionStepMetrics]
+    completions: list[CompletionRecord]
+    # Raw per-function results of the generation that fed this step: errors and logs.
+    function_results: dict[str, FunctionResult] = field(default_factory=dict)
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    version: int
+    functions: list[RewardFunctionSpec]
+    temperature: float | None = None
+    top_p: float | None = None
+
+
+class TrainingObserver(Protocol):
+    """The worker's side of a run: it stores what happens and says when to stop."""
+
+    def on_step(self, record: StepRecord) -> None: ...
+
+    def on_checkpoint(self, step: int, path: Path) -> None: ...
+
+    def should_stop(self) -> str | None:
+        """A reason to stop after the current step (cancel, pause), or None to go on."""
+        ...
+
+    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+        """A newer reward config than ``current_version`` to apply from the next step, if any."""
+        ...

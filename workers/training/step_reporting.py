@@ -1,0 +1,174 @@
+"""Turns each finished optimizer step into a StepRecord for the observer, and applies live config."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from workers.training.records import (
+    CompletionRecord,
+    FunctionStepMetrics,
+    StepRecord,
+    TrainingObserver,
+)
+from workers.training.recording_trainer import RecordingGRPOTrainer
+from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
+
+# Log keys that have a field of their own in StepRecord, or describe reward that we compute ourselves.
+_OWN_FIELDS = frozenset({"loss", "kl", "learning_rate", "reward", "reward_std", "epoch"})
+
+
+def mean_and_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample std (as TRL logs reward_std) over the values that exist."""
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    if not present:
+        return None, None
+    std = statistics.stdev(present) if len(present) > 1 else 0.0
+    return statistics.fmean(present), std
+
+
+class StepReporter(TrainerCallback):
+    """Reports every step to the observer and stops training when the observer asks.
+
+    Hooks and why they are the right ones (transformers' loop order): ``on_step_begin`` runs
+    before the step's generation, so a config applied there scores that whole step;
+    ``on_log`` runs after the optimizer step with that step's metrics (logging_steps=1) and
+    before the checkpoint decision, so a stop request can still ask for a checkpoint.
+    """
+
+    def __init__(
+        self,
+        *,
+        trainer: RecordingGRPOTrainer,
+        dispatcher: RewardDispatcher,
+        observer: TrainingObserver,
+        num_generations: int,
+    ) -> None:
+        self._trainer = trainer
+        self._dispatcher = dispatcher
+        self._observer = observer
+        self._num_generations = num_generations
+        self._step_started = time.perf_counter()
+        self.stop_reason: str | None = None
+
+    def on_step_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        self._step_started = time.perf_counter()
+        update = self._observer.poll_reward_config(self._dispatcher.config.version)
+        if update is not None and update.version != self._dispatcher.config.version:
+            self._dispatcher.apply_config(update)
+            self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The end-of-training summary is logged too (train_loss, train_runtime): not a step.
+        if not logs or "loss" not in logs:
+            return
+        generation = self._dispatcher.last_generation
+        if generation is None:
+            return
+        record = self._build_record(state.global_step, generation, logs)
+        self._observer.on_step(record)
+        reason = self._observer.should_stop()
+        if reason is not None and not control.should_training_stop:
+            self.stop_reason = reason
+            control.should_training_stop = True
+            # A paused run resumes from its last checkpoint: make that this step.
+            control.should_save = True
+
+    def on_save(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        self._observer.on_checkpoint(state.global_step, path)
+
+    def _build_record(
+        self, step: int, generation: ScoredGeneration, logs: dict[str, Any]
+    ) -> StepRecord:
+        advantages: list[float | None] = list(self._trainer.last_advantages or [])
+        if len(advantages) != len(generation.completions):
+            advantages = [None] * len(generation.completions)
+        names = list(generation.weights)
+        completions = [
+            CompletionRecord(
+                prompt_index=i // self._num_generations,
+                group_position=i % self._num_generations,
+                dataset_index=generation.dataset_indices[i],
+                prompt=generation.prompts[i],
+                completion=generation.completions[i],
+                scores={
+                    name: function_score(generation.results, name, i) for name in names
+                },
+                total=generation.totals[i],
+                advantage=advantages[i],
+                token_count=generation.token_counts[i],
+            )
+            for i in range(len(generation.completions))
+        ]
+        functions = {}
+        for name in names:
+            result = generation.results.get(name)
+            scores = result.scores if result is not None else []
+            mean, std = mean_and_std(scores)
+            functions[name] = FunctionStepMetrics(
+                name=name,
+                version=generation.versions[name],
+                weight=generation.weights[name],
+                mean=mean,
+                std=std,
+                scored=sum(1 for s in scores if s is not None),
+                errors=result.failed_samples if result is not None else len(completions),
+            )
+        reward_mean, reward_std = mean_and_std(generation.totals)
+        extra = {
+            key: float(value)
+            for key, value in logs.items()
+            if key not in _OWN_FIELDS
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            # TRL's per-function keys would name our single dispatcher, not the user's functions.
+            and not key.startswith("rewards/")
+        }
+        return StepRecord(
+            step=step,
+            config_version=generation.config_version,
+            reward_mean=reward_mean,
+            reward_std=reward_std,
+            loss=_float_or_none(logs.get("loss")),
+            kl=_float_or_none(logs.get("kl")),
+            learning_rate=_float_or_none(logs.get("learning_rate")),
+            duration_s=time.perf_counter() - self._step_started,
+            functions=functions,
+            completions=completions,
+            function_results=generation.results,
+            extra_metrics=extra,
+        )
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number

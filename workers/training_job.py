@@ -1,0 +1,189 @@
+"""Runs one job from its id: the plain function behind the Celery task, testable without Celery."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from sandbox.api import RewardFunctionSpec, RewardSandbox
+from sandbox.process import create_sandbox
+from sandbox.settings import SandboxSettings
+from service.datasets.repository import DatasetRepository
+from service.db import session_scope
+from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.repository import JobRepository
+from service.jobs.service import transition
+from service.jobs.status import JobStatus
+from service.settings import Settings, get_settings
+from workers.recording import store_step, with_database_retries
+from workers.training.records import RewardConfig, StepRecord
+
+logger = logging.getLogger(__name__)
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def load_reward_config(session: Session, job_id: str, version: int) -> RewardConfig:
+    repository = JobRepository(session)
+    config = repository.get_config_version(job_id, version)
+    if config is None:
+        raise LookupError(f"job {job_id} has no config version {version}")
+    keys = [(name, int(entry["version"])) for name, entry in config.reward_functions.items()]
+    sources = repository.function_sources(job_id, keys)
+    return RewardConfig(
+        version=config.version,
+        functions=[
+            RewardFunctionSpec(
+                name=name,
+                source=sources[(name, function_version)].source,
+                weight=float(config.reward_functions[name]["weight"]),
+                version=function_version,
+            )
+            for name, function_version in keys
+        ],
+        temperature=config.temperature,
+        top_p=config.top_p,
+    )
+
+
+def sandbox_settings_for_job(settings: Settings, *, allow_network: bool) -> SandboxSettings:
+    isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
+    return SandboxSettings(
+        isolation=isolation,
+        # Without namespaces there is no network to withhold: the flag only means something
+        # under bwrap.
+        allow_network=allow_network and isolation == "bwrap",
+        memory_limit_mb=settings.reward_memory_limit_mb,
+        call_timeout_s=settings.reward_call_timeout_s,
+    )
+
+
+class DatabaseObserver:
+    """The training loop's view of the job row: records steps, reads cancel and config."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def on_step(self, record: StepRecord) -> None:
+        store_step(self.job_id, record)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        def write() -> None:
+            with session_scope() as session:
+                JobRepository(session).add_event(
+                    self.job_id,
+                    "checkpoint",
+                    f"checkpoint saved at step {step}",
+                    step=step,
+                    data={"path": str(path)},
+                )
+
+        with_database_retries(write, what="recording a checkpoint")
+
+    def should_stop(self) -> str | None:
+        def read() -> str | None:
+            with session_scope() as session:
+                job = JobRepository(session).get_any_tenant(self.job_id)
+                if job is None:
+                    return "the job was deleted"
+                if job.status != JobStatus.RUNNING.value:
+                    return job.status
+                return None
+
+        return with_database_retries(read, what="checking for cancellation")
+
+    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+        def read() -> RewardConfig | None:
+            with session_scope() as session:
+                job = JobRepository(session).get_any_tenant(self.job_id)
+                if job is None or job.config_version <= current_version:
+                    return None
+                return load_reward_config(session, self.job_id, job.config_version)
+
+        return with_database_retries(read, what="polling the reward config")
+
+
+def _start(job_id: str) -> bool:
+    """queued -> running under the row lock. False when the job should not run here."""
+    with session_scope() as session:
+        job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+        if job is None:
+            logger.warning("job %s does not exist; dropping the message", job_id)
+            return False
+        if job.status != JobStatus.QUEUED.value:
+            # A duplicate or stale message: the database, not the queue, says what runs.
+            logger.info("job %s is %s, not queued; nothing to do", job_id, job.status)
+            return False
+        transition(session, job, JobStatus.RUNNING)
+        job.worker_id = WORKER_ID
+        job.heartbeat_at = datetime.now(UTC)
+        return True
+
+
+def _finish(job_id: str, target: JobStatus, *, reason: str | None, adapter: Path | None) -> None:
+    def write() -> None:
+        with session_scope() as session:
+            job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+            if job is None or job.status != JobStatus.RUNNING.value:
+                return  # cancelled (or otherwise ended) by someone else: their status stands
+            if adapter is not None:
+                job.adapter_path = str(adapter)
+            transition(session, job, target, reason=reason)
+
+    with_database_retries(write, what=f"finishing job {job_id}")
+
+
+def _build_spec(job_id: str, settings: Settings):  # type: ignore[no-untyped-def]
+    from workers.training.grpo import TrainingSpec
+
+    with session_scope() as session:
+        job = JobRepository(session).get_any_tenant(job_id)
+        assert job is not None
+        rows = DatasetRepository(session).rows(job.dataset_id)
+        config = load_reward_config(session, job_id, job.config_version)
+        return TrainingSpec(
+            base_model=job.base_model,
+            dataset=rows,
+            reward_config=config,
+            hyperparameters=Hyperparameters.model_validate(job.hyperparameters),
+            output_dir=settings.resolved_artifacts_dir / job_id,
+            model_cache_dir=settings.resolved_model_cache_dir,
+        ), job.allow_network
+
+
+def run_training_job(job_id: str) -> None:
+    """Train the job to its end, recording every step; the final status says how it ended."""
+    if not _start(job_id):
+        return
+    settings = get_settings()
+    sandbox: RewardSandbox | None = None
+    try:
+        from workers.training.grpo import run_grpo
+
+        spec, allow_network = _build_spec(job_id, settings)
+        sandbox = create_sandbox(sandbox_settings_for_job(settings, allow_network=allow_network))
+        outcome = run_grpo(spec, sandbox, DatabaseObserver(job_id))
+    except Exception as exc:
+        logger.exception("job %s failed", job_id)
+        _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
+        return
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    if outcome.stop_reason is None:
+        _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=outcome.adapter_path)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One readable line for the job's failure_reason; the traceback goes to the logs."""
+    last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = (
+        f" (at {Path(last_frame[0].filename).name}:{last_frame[0].lineno})" if last_frame else ""
+    )
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
