@@ -21,6 +21,7 @@ code runs; the first frame is ``{"env": {...}}``, answered by ``{"ok": true, "re
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import inspect
@@ -145,6 +146,28 @@ class BoundedLog(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def buffer(self) -> BinaryLogView:
+        return BinaryLogView(self)
+
+
+class BinaryLogView:
+    """sys.stdout.buffer for code that writes bytes."""
+
+    def __init__(self, log: BoundedLog) -> None:
+        self.log = log
+
+    def write(self, data: bytes) -> int:
+        self.log.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
 
 class RawOutputCapture:
     """Output written straight to fd 1/2 (C code, subprocesses): an unlinked file in /tmp.
@@ -191,7 +214,8 @@ class LoadedFunction:
 
 
 class RewardRunner:
-    def __init__(self) -> None:
+    def __init__(self, own_pid_namespace: bool) -> None:
+        self.own_pid_namespace = own_pid_namespace
         self.functions: dict[str, LoadedFunction] = {}
         self.python_log = BoundedLog()
         self.raw_log = RawOutputCapture()
@@ -237,10 +261,37 @@ class RewardRunner:
             except BaseException as error:
                 errors[name] = _format_user_traceback(error)
         self.raw_log.take(0)
+        stray = self.has_stray_processes()
         if errors:
-            return {"ok": False, "errors": errors}
+            return {"ok": False, "errors": errors, "stray_processes": stray}
         self.functions = loaded
-        return {"ok": True}
+        return {"ok": True, "stray_processes": stray}
+
+    def has_stray_processes(self) -> bool:
+        """Whether user code left processes running; the parent then replaces this one.
+
+        The soft timer stops only this process: forked children would keep running (a fork
+        bomb keeps spinning) unless the whole sandbox is killed.
+        """
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        if self.own_pid_namespace:
+            # Only bwrap's init and this process belong here.
+            others = [
+                pid
+                for pid in os.listdir("/proc")
+                if pid.isdigit() and int(pid) not in (1, os.getpid())
+            ]
+            return bool(others)
+        try:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as handle:
+                    if handle.read().strip():
+                        return True
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: cannot tell, assume clean
+            pass
+        return False
 
     @staticmethod
     def _load_one(spec: dict[str, Any]) -> LoadedFunction:
@@ -275,6 +326,7 @@ class RewardRunner:
         logs, truncated = self._collect_logs(log_limit)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
+            "stray_processes": self.has_stray_processes(),
             "ok": True,
             "scores": scores,
             "errors": errors,
@@ -496,7 +548,7 @@ def main() -> None:
     if configuration is None:
         return
     os.environ.update(configuration.get("env", {}))
-    runner = RewardRunner()
+    runner = RewardRunner(own_pid_namespace=bool(limits.pop("own_pid_namespace", False)))
     # From here on, anything written to fd 1 or 2 lands in the capture file.
     os.dup2(runner.raw_log.fd, 1)
     os.dup2(runner.raw_log.fd, 2)

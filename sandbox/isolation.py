@@ -57,6 +57,7 @@ class LaunchPlan:
     argv: list[str]
     env: dict[str, str]  # the environment of the first process (bwrap, or the child itself)
     data_files: dict[str, str]  # inside path -> content, handed to bwrap through pipes
+    uses_bwrap: bool
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> 
         }
         argv = program or [python, "-I", "-S", "-B", str(CHILD_PROGRAM), json.dumps(limits)]
         env = {"PATH": SEARCH_PATH, "LANG": "C.UTF-8", "HOME": "/tmp"}
-        return LaunchPlan(argv=argv, env=env, data_files={})
+        return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False)
     return _plan_bwrap(settings, program)
 
 
@@ -147,6 +148,11 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     argv += ["--ro-bind", str(CHILD_PROGRAM), INSIDE_CHILD_PROGRAM]
     python_paths = []
     for index, path in enumerate(settings.extra_python_paths):
+        if as_root and path.stat().st_mode & 0o005 != 0o005:
+            raise SandboxUnavailableError(
+                f"extra_python_paths: {path} is not readable by the sandbox uid "
+                f"{settings.sandbox_uid}; make it world-readable (chmod -R o+rX) or owned by it"
+            )
         inside = f"{INSIDE_PACKAGES}/{index}"
         argv += ["--ro-bind", str(path), inside]
         python_paths.append(inside)
@@ -176,39 +182,56 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     if program is not None:
         argv += [inside_python if part == sys.executable else part for part in program]
     else:
-        limits = child_limits(settings) | {"python_paths": python_paths}
+        limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
         argv += [inside_python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
-    return LaunchPlan(argv=argv, env={"PATH": SEARCH_PATH}, data_files=data_files)
+    return LaunchPlan(argv=argv, env={"PATH": SEARCH_PATH}, data_files=data_files, uses_bwrap=True)
 
 
-def spawn(plan: LaunchPlan, **popen_arguments: object) -> subprocess.Popen[bytes]:
+@dataclass
+class SpawnedChild:
+    process: subprocess.Popen[bytes]
+    # Read end of bwrap's --info-fd: it reports the host pid of the namespace's init there.
+    info_fd: int | None
+
+
+def spawn(plan: LaunchPlan, **popen_arguments: object) -> SpawnedChild:
     """Start `plan`, feeding its data files to bwrap through pipes it reads at setup."""
     argv = list(plan.argv)
-    pipes: list[tuple[int, int]] = []
+    passed: list[int] = []
     extra: list[str] = []
     for inside_path, content in plan.data_files.items():
         read_end, write_end = os.pipe()
         # Small files fit the pipe buffer, so writing before the spawn cannot block.
         os.write(write_end, content.encode())
         os.close(write_end)
-        pipes.append((read_end, write_end))
+        passed.append(read_end)
         extra += ["--perms", "0644", "--ro-bind-data", str(read_end), inside_path]
+    info_fd = None
+    if plan.uses_bwrap:
+        info_fd, info_write_end = os.pipe()
+        passed.append(info_write_end)
+        extra += ["--info-fd", str(info_write_end)]
     if extra:
         # Before bwrap's end-of-options marker, after the /etc it creates with open permissions.
         end_of_options = argv.index("--")
         argv[end_of_options:end_of_options] = extra
     try:
-        return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        process = subprocess.Popen(  # type: ignore[call-overload]
             argv,
             env=plan.env,
-            pass_fds=[read_end for read_end, _ in pipes],
+            pass_fds=passed,
             start_new_session=True,
             close_fds=True,
             **popen_arguments,
         )
+    except BaseException:
+        if info_fd is not None:
+            os.close(info_fd)
+        raise
     finally:
-        for read_end, _ in pipes:
-            os.close(read_end)
+        for fd in passed:
+            os.close(fd)
+    return SpawnedChild(process=process, info_fd=info_fd)
 
 
 @functools.cache
@@ -222,8 +245,13 @@ def detect_isolation() -> IsolationCheck:
     except SandboxUnavailableError as error:
         return IsolationCheck(False, str(error))
     try:
-        finished = spawn(plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = finished.communicate(timeout=20)
+        spawned = spawn(plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        finished = spawned.process
+        try:
+            out, err = finished.communicate(timeout=20)
+        finally:
+            if spawned.info_fd is not None:
+                os.close(spawned.info_fd)
     except (OSError, subprocess.TimeoutExpired) as error:
         return IsolationCheck(False, f"bubblewrap could not start: {error}")
     if finished.returncode != 0:

@@ -73,6 +73,8 @@ class SandboxWorker:
         self.settings = settings
         self.label = label
         self.process: subprocess.Popen[bytes] | None = None
+        # Host pid of the pid namespace's init (bwrap only); killing it empties the namespace.
+        self.namespace_init_pid: int | None = None
         self.loaded_body: bytes | None = None  # the load request this child has accepted
         self._diagnostics: IO[bytes] | None = None
         self._inbox = bytearray()
@@ -89,7 +91,7 @@ class SandboxWorker:
         self._inbox = bytearray()
         self.loaded_body = None
         try:
-            self.process = spawn(
+            spawned = spawn(
                 self.plan,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -98,6 +100,11 @@ class SandboxWorker:
             )
         except OSError as error:
             raise SandboxUnavailableError(f"cannot start the sandbox process: {error}") from error
+        self.process = spawned.process
+        if spawned.info_fd is not None:
+            self.namespace_init_pid = _read_namespace_init_pid(
+                spawned.info_fd, time.monotonic() + self.settings.start_timeout_s
+            )
         assert self.process.stdin is not None and self.process.stdout is not None
         os.set_blocking(self.process.stdin.fileno(), False)
         os.set_blocking(self.process.stdout.fileno(), False)
@@ -217,10 +224,24 @@ class SandboxWorker:
         return self._diagnostics.read(4096).decode(errors="replace").strip()
 
     def kill(self) -> None:
-        """SIGKILL the child's whole session; bwrap's --die-with-parent takes the namespace down."""
+        """SIGKILL the child and everything it started.
+
+        Under bwrap, the namespace's init is killed first: the kernel then kills every process
+        in the namespace, however it hid (new session, double fork), and bwrap reaps them all.
+        """
         process, self.process = self.process, None
+        init_pid, self.namespace_init_pid = self.namespace_init_pid, None
         self.loaded_body = None
         if process is not None:
+            if (
+                init_pid is not None
+                and process.poll() is None
+                and _parent_of(init_pid) == process.pid
+            ):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(init_pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=2.0)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
@@ -232,6 +253,41 @@ class SandboxWorker:
         if self._diagnostics is not None:
             self._diagnostics.close()
             self._diagnostics = None
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses; the fields follow the last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[1])
+
+
+def _read_namespace_init_pid(info_fd: int, deadline: float) -> int | None:
+    """Read bwrap's {"child-pid": N} from its info pipe; None if it never comes."""
+    received = b""
+    try:
+        while time.monotonic() < deadline:
+            poller = select.poll()
+            poller.register(info_fd, select.POLLIN)
+            if not poller.poll(max(deadline - time.monotonic(), 0) * 1000):
+                return None
+            chunk = os.read(info_fd, 4096)
+            if not chunk:
+                break
+            received += chunk
+            try:
+                info = json.loads(received)
+            except ValueError:
+                continue
+            pid = info.get("child-pid") if isinstance(info, dict) else None
+            return pid if isinstance(pid, int) else None
+    finally:
+        os.close(info_fd)
+    return None
 
 
 def _kill_all(workers: list[SandboxWorker]) -> None:
@@ -328,8 +384,12 @@ class ProcessSandbox(RewardSandbox):
         except WorkerFailure as failure:
             self._restart(worker)
             raise RewardCodeError(", ".join(names), f"loading failed: {failure.message}") from None
+        if reply.get("stray_processes") is not False:
+            # Module-level code left processes behind; the next use starts a clean child.
+            worker.kill()
         if reply.get("ok") is True:
-            worker.loaded_body = frame
+            if worker.alive:
+                worker.loaded_body = frame
             return
         errors = reply.get("errors")
         if isinstance(errors, dict) and errors:
@@ -436,14 +496,17 @@ class ProcessSandbox(RewardSandbox):
             self._restart(worker)
             return failed(RewardErrorKind.SANDBOX, f"the sandbox process sent a bad reply: {error}")
         cpu_s = reply.get("cpu_s")
-        if isinstance(cpu_s, int | float) and cpu_s > (
+        worn_out = isinstance(cpu_s, int | float) and cpu_s > (
             CPU_RECYCLE_FRACTION * self.settings.cpu_time_limit_s
-        ):
+        )
+        if worn_out or reply.get("stray_processes") is not False:
             self._restart(worker)
         return result
 
     def _restart(self, worker: SandboxWorker) -> str | None:
         """Replace the child and load the current functions; say what went wrong, if anything."""
+        if self._closed:
+            return "the sandbox is closed"
         try:
             worker.start()
         except SandboxUnavailableError as error:

@@ -11,7 +11,9 @@ from sqlalchemy.exc import OperationalError
 from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
 from service.errors import ServiceUnavailable, install_error_handlers
+from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
+from service.reward_functions.endpoints import router as reward_functions_router
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,8 @@ def create_app() -> FastAPI:
     install_error_handlers(app)
     app.include_router(datasets_router)
     app.include_router(jobs_router)
+    app.include_router(job_configs_router)
+    app.include_router(reward_functions_router)
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, str]:

@@ -9,6 +9,18 @@ from psycopg.types.json import Jsonb
 from sqlalchemy.orm import Session
 
 
+def without_nul(value: Any) -> Any:
+    """Postgres text and jsonb cannot hold NUL. Models do emit it (byte-level tokenizers can
+    produce any byte), and user code prints it: store U+FFFD in its place."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
+
+
 def copy_rows(
     session: Session,
     table: str,
@@ -25,10 +37,9 @@ def copy_rows(
         statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
         with cursor.copy(statement) as copy:
             for row in rows:
-                if json_positions:
-                    row = list(row)
-                    for position in json_positions:
-                        row[position] = Jsonb(row[position])
-                copy.write_row(row)
+                values = [without_nul(value) for value in row]
+                for position in json_positions:
+                    values[position] = Jsonb(values[position])
+                copy.write_row(values)
                 count += 1
     return count

@@ -7,6 +7,8 @@ stores is visible to another, exactly as between real customers.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +20,9 @@ from service.stack import LocalStack
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    state_dir = Path(os.environ.get("RFT_TEST_STATE_DIR") or tmp_path_factory.mktemp("rft-state"))
+def stack() -> Iterator[LocalStack]:
+    # Not under pytest's tmp dir: that is mode 700, and embedded Postgres runs as its own user.
+    state_dir = Path(os.environ.get("RFT_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="rft-test-"))
     # Servers given by the environment are used as they are; otherwise embedded ones start.
     with LocalStack(
         state_dir,
@@ -38,6 +41,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         get_sessionmaker.cache_clear()
         yield running
         get_engine().dispose()
+    if "RFT_TEST_STATE_DIR" not in os.environ:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def new_tenant_key(stack: LocalStack) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.bulk import copy_rows
+from service.bulk import copy_rows, without_nul
 from service.db import session_scope
 from service.jobs.repository import JobRepository
 from service.models import (
@@ -133,8 +133,8 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
                     function_name=name,
                     function_version=result.version,
                     kind=error.kind.value,
-                    message=error.message,
-                    traceback=error.traceback,
+                    message=without_nul(error.message),
+                    traceback=without_nul(error.traceback),
                     sample_index=error.sample_index,
                 )
             )
@@ -145,7 +145,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
                     step=record.step,
                     function_name=name,
                     function_version=result.version,
-                    output=result.logs,
+                    output=without_nul(result.logs),
                     truncated=result.logs_truncated,
                 )
             )

@@ -6,23 +6,30 @@ import logging
 import os
 import socket
 import traceback
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
-from sandbox.process import create_sandbox
-from sandbox.settings import SandboxSettings
+from sandbox.process import ProcessSandbox
 from service.datasets.repository import DatasetRepository
 from service.db import session_scope
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.repository import JobRepository
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
+from service.reward_functions.scoring import sandbox_settings
 from service.settings import Settings, get_settings
+from workers.circuit_breaker import RewardCircuitBreaker
 from workers.recording import store_step, with_database_retries
+from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.records import RewardConfig, StepRecord
+
+if TYPE_CHECKING:
+    from workers.training.grpo import TrainingSpec
 
 logger = logging.getLogger(__name__)
 
@@ -52,26 +59,16 @@ def load_reward_config(session: Session, job_id: str, version: int) -> RewardCon
     )
 
 
-def sandbox_settings_for_job(settings: Settings, *, allow_network: bool) -> SandboxSettings:
-    isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
-    return SandboxSettings(
-        isolation=isolation,
-        # Without namespaces there is no network to withhold: the flag only means something
-        # under bwrap.
-        allow_network=allow_network and isolation == "bwrap",
-        memory_limit_mb=settings.reward_memory_limit_mb,
-        call_timeout_s=settings.reward_call_timeout_s,
-    )
-
-
 class DatabaseObserver:
     """The training loop's view of the job row: records steps, reads cancel and config."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, breaker: RewardCircuitBreaker) -> None:
         self.job_id = job_id
+        self.breaker = breaker
 
     def on_step(self, record: StepRecord) -> None:
         store_step(self.job_id, record)
+        self.breaker.observe(record)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         def write() -> None:
@@ -87,6 +84,9 @@ class DatabaseObserver:
         with_database_retries(write, what="recording a checkpoint")
 
     def should_stop(self) -> str | None:
+        if self.breaker.tripped:
+            return self.breaker.tripped
+
         def read() -> str | None:
             with session_scope() as session:
                 job = JobRepository(session).get_any_tenant(self.job_id)
@@ -139,22 +139,38 @@ def _finish(job_id: str, target: JobStatus, *, reason: str | None, adapter: Path
     with_database_retries(write, what=f"finishing job {job_id}")
 
 
-def _build_spec(job_id: str, settings: Settings):  # type: ignore[no-untyped-def]
+@dataclass
+class JobPlan:
+    spec: TrainingSpec
+    allow_network: bool
+    runtime_packages: list[str]
+
+
+def _plan(job_id: str, settings: Settings) -> JobPlan:
     from workers.training.grpo import TrainingSpec
 
     with session_scope() as session:
         job = JobRepository(session).get_any_tenant(job_id)
         assert job is not None
-        rows = DatasetRepository(session).rows(job.dataset_id)
-        config = load_reward_config(session, job_id, job.config_version)
-        return TrainingSpec(
+        spec = TrainingSpec(
             base_model=job.base_model,
-            dataset=rows,
-            reward_config=config,
+            dataset=DatasetRepository(session).rows(job.dataset_id),
+            reward_config=load_reward_config(session, job_id, job.config_version),
             hyperparameters=Hyperparameters.model_validate(job.hyperparameters),
             output_dir=settings.resolved_artifacts_dir / job_id,
             model_cache_dir=settings.resolved_model_cache_dir,
-        ), job.allow_network
+        )
+        return JobPlan(spec, job.allow_network, list(job.runtime_packages or []))
+
+
+def _open_sandbox(plan: JobPlan, settings: Settings) -> ProcessSandbox:
+    config = sandbox_settings(settings, allow_network=plan.allow_network)
+    if plan.runtime_packages:
+        packages = install_runtime_packages(
+            plan.runtime_packages, plan.spec.output_dir / "runtime-packages"
+        )
+        config.extra_python_paths = [packages]
+    return ProcessSandbox(config)
 
 
 def run_training_job(job_id: str) -> None:
@@ -166,9 +182,17 @@ def run_training_job(job_id: str) -> None:
     try:
         from workers.training.grpo import run_grpo
 
-        spec, allow_network = _build_spec(job_id, settings)
-        sandbox = create_sandbox(sandbox_settings_for_job(settings, allow_network=allow_network))
-        outcome = run_grpo(spec, sandbox, DatabaseObserver(job_id))
+        plan = _plan(job_id, settings)
+        hyperparameters = plan.spec.hyperparameters
+        observer = DatabaseObserver(
+            job_id,
+            RewardCircuitBreaker(
+                max_error_rate=hyperparameters.reward_error_rate_limit,
+                patience=hyperparameters.reward_error_patience,
+            ),
+        )
+        sandbox = _open_sandbox(plan, settings)
+        outcome = run_grpo(plan.spec, sandbox, observer)
     except Exception as exc:
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
@@ -176,12 +200,17 @@ def run_training_job(job_id: str) -> None:
     finally:
         if sandbox is not None:
             sandbox.close()
-    if outcome.stop_reason is None:
+    if observer.breaker.tripped:
+        _finish(job_id, JobStatus.FAILED, reason=observer.breaker.tripped, adapter=None)
+    elif outcome.stop_reason is None:
         _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=outcome.adapter_path)
+    # Otherwise someone else ended the job (cancel): their status stands.
 
 
 def describe_failure(exc: BaseException) -> str:
     """One readable line for the job's failure_reason; the traceback goes to the logs."""
+    if isinstance(exc, PackageInstallError):
+        return str(exc)
     last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = (
         f" (at {Path(last_frame[0].filename).name}:{last_frame[0].lineno})" if last_frame else ""

@@ -9,7 +9,7 @@ from service.datasets import service
 from service.datasets.schemas import Dataset, DatasetDetail
 from service.db import SessionDep
 from service.errors import PayloadTooLarge
-from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit
+from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
 from service.settings import get_settings
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -47,9 +47,7 @@ def list_datasets(
     after: str | None = None,
 ) -> Page[Dataset]:
     datasets = service.list_datasets(session, tenant_id, limit=limit + 1, after=after)
-    page = [Dataset.model_validate(d) for d in datasets[:limit]]
-    has_more = len(datasets) > limit
-    return Page(data=page, has_more=has_more, next_cursor=page[-1].id if has_more else None)
+    return paginate(datasets, limit, Dataset, lambda item: item.id)
 
 
 @router.get("/{dataset_id}", response_model=DatasetDetail)

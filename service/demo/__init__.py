@@ -25,13 +25,13 @@ def demo_rewards_source() -> str:
 
 
 def demo_reward_functions() -> list[RewardFunctionSpec]:
-    """letter_fraction drives training; completion_length rides along with weight 0 as a metric.
+    """letter_fraction drives training; brevity shows a second function's metrics.
 
-    Even a small positive weight on a length term slows the letter reward down a lot on the tiny
-    model (its length varies far more than its letter fraction), hence 0.
+    brevity's weight is tiny on purpose: on the tiny model completion length varies far more
+    than the letter fraction, and at weight 0.1 it halves the letter fraction's rise in 20 steps.
     """
     source = demo_rewards_source()
     return [
         RewardFunctionSpec(name="letter_fraction", source=source, weight=1.0),
-        RewardFunctionSpec(name="completion_length", source=source, weight=0.0),
+        RewardFunctionSpec(name="brevity", source=source, weight=0.02),
     ]

@@ -9,11 +9,6 @@ def letter_fraction(prompt, completion, example):
     return sum(1 for ch in completion if ch == target) / len(completion)
 
 
-def completion_length(prompt, completion, example):
-    """Characters in the completion: a metric to watch, trained on with weight 0."""
-    return float(len(completion))
-
-
 def brevity(prompt, completion, example):
     """1.0 for an empty completion, falling linearly to 0.0 at 64 characters."""
     return max(0.0, 1.0 - len(completion) / 64)

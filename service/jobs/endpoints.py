@@ -7,9 +7,17 @@ from fastapi import APIRouter, Header, Query, status
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
 from service.jobs import service
-from service.jobs.schemas import Completion, Job, JobCreate, JobEvent, Step
+from service.jobs.schemas import (
+    Completion,
+    Job,
+    JobCreate,
+    JobEvent,
+    RewardErrorOut,
+    RewardLog,
+    Step,
+)
 from service.jobs.status import JobStatus
-from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit
+from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -35,9 +43,7 @@ def list_jobs(
     status: JobStatus | None = None,
 ) -> Page[Job]:
     jobs = service.list_jobs(session, tenant_id, limit=limit + 1, after=after, status=status)
-    page = [Job.model_validate(job) for job in jobs[:limit]]
-    has_more = len(jobs) > limit
-    return Page(data=page, has_more=has_more, next_cursor=page[-1].id if has_more else None)
+    return paginate(jobs, limit, Job, lambda item: item.id)
 
 
 @router.get("/{job_id}", response_model=Job)
@@ -59,9 +65,7 @@ def list_steps(
     after_step: Annotated[int, Query(ge=0, description="Return steps after this one.")] = 0,
 ) -> Page[Step]:
     steps = service.list_steps(session, tenant_id, job_id, after_step=after_step, limit=limit + 1)
-    page = [Step.model_validate(s) for s in steps[:limit]]
-    has_more = len(steps) > limit
-    return Page(data=page, has_more=has_more, next_cursor=str(page[-1].step) if has_more else None)
+    return paginate(steps, limit, Step, lambda item: item.step)
 
 
 @router.get("/{job_id}/completions", response_model=Page[Completion])
@@ -76,9 +80,7 @@ def list_completions(
     rows = service.list_completions(
         session, tenant_id, job_id, step=step, after_id=after, limit=limit + 1
     )
-    page = [Completion.model_validate(c) for c in rows[:limit]]
-    has_more = len(rows) > limit
-    return Page(data=page, has_more=has_more, next_cursor=str(page[-1].id) if has_more else None)
+    return paginate(rows, limit, Completion, lambda item: item.id)
 
 
 @router.get("/{job_id}/events/history", response_model=Page[JobEvent])
@@ -90,6 +92,38 @@ def list_events(
     after: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[JobEvent]:
     events = service.list_events(session, tenant_id, job_id, after_id=after, limit=limit + 1)
-    page = [JobEvent.model_validate(e) for e in events[:limit]]
-    has_more = len(events) > limit
-    return Page(data=page, has_more=has_more, next_cursor=str(page[-1].id) if has_more else None)
+    return paginate(events, limit, JobEvent, lambda item: item.id)
+
+
+@router.get("/{job_id}/logs", response_model=Page[RewardLog])
+def list_logs(
+    session: SessionDep,
+    tenant_id: CurrentTenant,
+    job_id: str,
+    step: Annotated[int | None, Query(ge=1)] = None,
+    function: Annotated[str | None, Query(description="A reward function's name.")] = None,
+    limit: PageLimit = DEFAULT_PAGE_SIZE,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> Page[RewardLog]:
+    """Reward functions' print output (stdout and stderr), per step and function."""
+    logs = service.list_logs(
+        session, tenant_id, job_id, step=step, function=function, after_id=after, limit=limit + 1
+    )
+    return paginate(logs, limit, RewardLog, lambda item: item.id)
+
+
+@router.get("/{job_id}/reward-errors", response_model=Page[RewardErrorOut])
+def list_reward_errors(
+    session: SessionDep,
+    tenant_id: CurrentTenant,
+    job_id: str,
+    step: Annotated[int | None, Query(ge=1)] = None,
+    function: Annotated[str | None, Query(description="A reward function's name.")] = None,
+    limit: PageLimit = DEFAULT_PAGE_SIZE,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> Page[RewardErrorOut]:
+    """Typed reward-function errors (exception, timeout, killed, invalid return, wrong length)."""
+    errors = service.list_reward_errors(
+        session, tenant_id, job_id, step=step, function=function, after_id=after, limit=limit + 1
+    )
+    return paginate(errors, limit, RewardErrorOut, lambda item: item.id)

@@ -31,6 +31,14 @@ class Hyperparameters(BaseModel):
     lora_dropout: float = Field(0.0, ge=0, lt=1)
     lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
     seed: int = Field(0, ge=0)
+    reward_error_rate_limit: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Circuit breaker: the job fails when one reward function fails on more "
+        "than this share of a step's samples for reward_error_patience consecutive steps.",
+    )
+    reward_error_patience: int = Field(3, ge=1, description="See reward_error_rate_limit.")
     checkpoint_every: int = Field(
         10, ge=1, description="Save the adapter (and trainer state) every N steps."
     )

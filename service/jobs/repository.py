@@ -11,7 +11,9 @@ from service.models import (
     Job,
     JobConfigVersion,
     JobEvent,
+    RewardErrorRecord,
     RewardFunctionVersion,
+    RewardLog,
     Step,
 )
 
@@ -157,6 +159,28 @@ class JobRepository:
                 .limit(limit)
             )
         )
+
+    def list_logs(
+        self, job_id: str, *, step: int | None, function: str | None, after_id: int, limit: int
+    ) -> list[RewardLog]:
+        statement = select(RewardLog).where(RewardLog.job_id == job_id, RewardLog.id > after_id)
+        if step is not None:
+            statement = statement.where(RewardLog.step == step)
+        if function is not None:
+            statement = statement.where(RewardLog.function_name == function)
+        return list(self.session.scalars(statement.order_by(RewardLog.id).limit(limit)))
+
+    def list_reward_errors(
+        self, job_id: str, *, step: int | None, function: str | None, after_id: int, limit: int
+    ) -> list[RewardErrorRecord]:
+        statement = select(RewardErrorRecord).where(
+            RewardErrorRecord.job_id == job_id, RewardErrorRecord.id > after_id
+        )
+        if step is not None:
+            statement = statement.where(RewardErrorRecord.step == step)
+        if function is not None:
+            statement = statement.where(RewardErrorRecord.function_name == function)
+        return list(self.session.scalars(statement.order_by(RewardErrorRecord.id).limit(limit)))
 
     def delete_records_from_step(self, job_id: str, first_step: int) -> None:
         """Remove what a lost worker recorded past its last checkpoint, before re-running it."""

@@ -11,6 +11,13 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# A name with optional extras and version clauses: no pip options, URLs or paths, so a job
+# cannot point pip at another index or at the worker's files.
+_CLAUSE = r"\s*(==|>=|<=|~=|!=|>|<)\s*[A-Za-z0-9.*+!_-]+"
+REQUIREMENT = re.compile(
+    rf"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?({_CLAUSE}(\s*,{_CLAUSE})*)?$"
+)
+MAX_RUNTIME_PACKAGES = 32
 TINY_MODEL_NAME = "rft-tiny"
 MAX_REWARD_FUNCTIONS = 16
 MAX_SOURCE_BYTES = 200_000
@@ -65,6 +72,23 @@ class JobCreate(BaseModel):
     allow_network: bool = Field(
         False, description="Let reward functions reach the network (e.g. LLM-as-judge calls)."
     )
+    runtime_packages: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_RUNTIME_PACKAGES,
+        description="Extra pip requirements for the reward functions (e.g. 'rapidfuzz>=3'), "
+        "installed for this job only before training.",
+    )
+
+    @field_validator("runtime_packages")
+    @classmethod
+    def _check_requirements(cls, packages: list[str]) -> list[str]:
+        for package in packages:
+            if not REQUIREMENT.match(package.strip()):
+                raise ValueError(
+                    f"runtime package {package!r} is not a plain requirement such as "
+                    "'name' or 'name>=1.2' (no pip options, URLs or paths)"
+                )
+        return [package.strip() for package in packages]
 
     @field_validator("reward_functions")
     @classmethod
@@ -93,6 +117,7 @@ class Job(BaseModel):
     applied_config_version: int | None
     steps_completed: int
     allow_network: bool
+    runtime_packages: list[str]
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -153,3 +178,27 @@ class JobEvent(BaseModel):
     step: int | None
     data: dict[str, Any]
     created_at: datetime
+
+
+class RewardLog(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    step: int
+    function_name: str
+    function_version: int
+    output: str
+    truncated: bool
+
+
+class RewardErrorOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    step: int
+    function_name: str
+    function_version: int
+    kind: str
+    message: str
+    traceback: str | None
+    sample_index: int | None

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from sandbox.api import RewardCodeError, RewardForm
 from sandbox.inspection import inspect_reward_source
+from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import InvalidRewardFunction, NotFound
@@ -21,10 +22,13 @@ from service.models import (
     Job,
     JobConfigVersion,
     JobEvent,
+    RewardErrorRecord,
     RewardFunctionVersion,
+    RewardLog,
     Step,
     new_id,
 )
+from service.reward_functions.service import PREFLIGHT_ROWS, preflight
 from workers.queue import enqueue_training
 
 
@@ -49,6 +53,14 @@ def create_job(
             return existing
     get_dataset(session, tenant_id, payload.dataset_id)  # 404 for unknown or foreign ids
     forms = check_reward_functions(payload.reward_functions)
+    if not payload.runtime_packages:
+        # Functions that need runtime packages can only run once the worker has installed
+        # them; they get the static check only.
+        preflight(
+            DatasetRepository(session).rows(payload.dataset_id, limit=PREFLIGHT_ROWS),
+            payload.reward_functions,
+            allow_network=payload.allow_network,
+        )
 
     job = Job(
         id=new_id("job"),
@@ -60,7 +72,7 @@ def create_job(
         status=JobStatus.QUEUED.value,
         config_version=1,
         allow_network=payload.allow_network,
-        runtime_packages=[],
+        runtime_packages=payload.runtime_packages,
         idempotency_key=idempotency_key,
     )
     try:
@@ -157,3 +169,35 @@ def list_events(
 ) -> list[JobEvent]:
     get_job(session, tenant_id, job_id)
     return JobRepository(session).list_events(job_id, after_id=after_id, limit=limit)
+
+
+def list_logs(
+    session: Session,
+    tenant_id: str,
+    job_id: str,
+    *,
+    step: int | None,
+    function: str | None,
+    after_id: int,
+    limit: int,
+) -> list[RewardLog]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_logs(
+        job_id, step=step, function=function, after_id=after_id, limit=limit
+    )
+
+
+def list_reward_errors(
+    session: Session,
+    tenant_id: str,
+    job_id: str,
+    *,
+    step: int | None,
+    function: str | None,
+    after_id: int,
+    limit: int,
+) -> list[RewardErrorRecord]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_reward_errors(
+        job_id, step=step, function=function, after_id=after_id, limit=limit
+    )

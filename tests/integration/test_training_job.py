@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Any
@@ -11,10 +10,10 @@ import httpx
 import pytest
 
 from service.demo.follow import DEMO_DIR, demo_job_request
+from tests.integration.helpers import all_pages, upload_jsonl, wait_for
 
 pytestmark = pytest.mark.integration
 
-FINAL = {"succeeded", "failed", "cancelled"}
 
 SAMPLE_FORM = """
 def vowels(prompt, completion, example):
@@ -25,36 +24,6 @@ BATCH_FORM = """
 def length_bonus(prompts, completions, **kwargs):
     return [min(len(c), 10) / 10 + len(kwargs["topic"][i]) * 0.0 for i, c in enumerate(completions)]
 """
-
-
-def wait_for(client: httpx.Client, job_id: str, timeout_s: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in FINAL:
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} did not finish within {timeout_s} s: {job}")
-
-
-def all_completions(client: httpx.Client, job_id: str, **params: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    cursor = 0
-    while True:
-        page = client.get(
-            f"/v1/jobs/{job_id}/completions", params={"after": cursor, "limit": 100, **params}
-        ).json()
-        rows.extend(page["data"])
-        if not page["has_more"]:
-            return rows
-        cursor = int(page["next_cursor"])
-
-
-def upload_jsonl(client: httpx.Client, rows: list[dict[str, Any]]) -> str:
-    content = "\n".join(json.dumps(r) for r in rows).encode()
-    response = client.post("/v1/datasets", files={"file": ("rows.jsonl", content)})
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
 
 
 def run_source(source: str, name: str) -> Any:
@@ -96,7 +65,7 @@ def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
         assert step["loss"] is not None and step["learning_rate"] is not None
         assert step["duration_s"] > 0
 
-    completions = all_completions(client, job["id"])
+    completions = all_pages(client, f"/v1/jobs/{job['id']}/completions")
     assert len(completions) == steps * prompts_per_step * generations
     vowels = run_source(SAMPLE_FORM, "vowels")
     length_bonus = run_source(BATCH_FORM, "length_bonus")
@@ -115,7 +84,7 @@ def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
         assert step["reward_mean"] == pytest.approx(sum(totals) / len(totals), rel=1e-4)
 
     # Completions filter by step, and pages do not overlap.
-    step_two = all_completions(client, job["id"], step=2)
+    step_two = all_pages(client, f"/v1/jobs/{job['id']}/completions", step=2)
     assert {c["step"] for c in step_two} == {2}
     assert len({c["id"] for c in completions}) == len(completions)
 

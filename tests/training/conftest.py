@@ -7,20 +7,17 @@ from typing import Any
 import pytest
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
+from sandbox.process import create_sandbox
+from sandbox.settings import SandboxSettings
 from service.demo import demo_dataset, demo_rewards_source
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec
 from workers.training.records import RewardConfig
 
 
-def _real_sandbox() -> RewardSandbox | None:
-    """The real process sandbox, without namespaces (tests need no bubblewrap), if it exists yet."""
-    try:
-        from sandbox.process import ProcessSandbox
-        from sandbox.settings import SandboxSettings
-    except ImportError:
-        return None
-    return ProcessSandbox(SandboxSettings(isolation="none"))
+def reward_sandbox() -> RewardSandbox:
+    """The real process sandbox, without namespaces: the tests need no bubblewrap or root."""
+    return create_sandbox(SandboxSettings(isolation="none"))
 
 
 @pytest.fixture
@@ -28,11 +25,7 @@ def make_sandbox() -> Iterator[Callable[[], RewardSandbox]]:
     started: list[RewardSandbox] = []
 
     def make() -> RewardSandbox:
-        sandbox = _real_sandbox()
-        if sandbox is None:
-            from .in_process_sandbox import InProcessSandbox
-
-            sandbox = InProcessSandbox()
+        sandbox = reward_sandbox()
         started.append(sandbox)
         return sandbox
 
@@ -56,9 +49,7 @@ def letter_config(version: int = 1, **changes: Any) -> RewardConfig:
 
 
 @pytest.fixture
-def make_spec(
-    tmp_path: Path, model_cache_dir: Path
-) -> Callable[..., TrainingSpec]:
+def make_spec(tmp_path: Path, model_cache_dir: Path) -> Callable[..., TrainingSpec]:
     counter = iter(range(1_000_000))
 
     def make(

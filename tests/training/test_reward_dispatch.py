@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from sandbox.api import RewardFunctionSpec
+from sandbox.api import RewardFunctionSpec, RewardSandbox
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.grpo import TrainingSpec
 from workers.training.records import RewardConfig
 from workers.training.reward_dispatch import (
     DATASET_INDEX_COLUMN,
@@ -11,9 +16,9 @@ from workers.training.reward_dispatch import (
     weighted_total,
 )
 
-from .in_process_sandbox import InProcessSandbox
+from .conftest import reward_sandbox
 
-SOURCE = '''
+SOURCE = """
 def length(prompt, completion, example):
     return float(len(completion))
 
@@ -24,13 +29,14 @@ def picky(prompt, completion, example):
     if completion == "skip":
         return None
     return example["bonus"]
-'''
+"""
 
 
 def test_completion_text_of_plain_and_conversational_completions() -> None:
     assert completion_text("abc") == "abc"
     assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
-    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]) == "x"
+    blocks = [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]
+    assert completion_text(blocks) == "x"
 
 
 @pytest.mark.parametrize(
@@ -49,6 +55,14 @@ def test_weighted_total(
 
 
 def test_dispatcher_scores_in_trl_shape_and_keeps_the_batch() -> None:
+    sandbox = reward_sandbox()
+    try:
+        _check_dispatcher(sandbox)
+    finally:
+        sandbox.close()
+
+
+def _check_dispatcher(sandbox: RewardSandbox) -> None:
     config = RewardConfig(
         version=3,
         functions=[
@@ -56,7 +70,7 @@ def test_dispatcher_scores_in_trl_shape_and_keeps_the_batch() -> None:
             RewardFunctionSpec("picky", SOURCE, weight=2.0, version=5),
         ],
     )
-    dispatcher = RewardDispatcher(InProcessSandbox(), config)
+    dispatcher = RewardDispatcher(sandbox, config)
     dispatcher.load_initial()
     prompt = [{"role": "user", "content": "hi"}]
     completions = [[{"role": "assistant", "content": text}] for text in ("ab", "boom", "skip")]
@@ -82,3 +96,28 @@ def test_dispatcher_scores_in_trl_shape_and_keeps_the_batch() -> None:
     assert generation.versions == {"length": 2, "picky": 5}
     assert generation.results["picky"].scores == [1.0, None, None]
     assert generation.results["picky"].failed_samples == 1
+
+
+def test_training_spec_rejects_unusable_input(tmp_path: Path) -> None:
+    config = RewardConfig(version=1, functions=[RewardFunctionSpec("length", SOURCE)])
+    good = {"prompt": "hi"}
+
+    def spec(rows: list[dict[str, Any]], reward_config: RewardConfig = config) -> TrainingSpec:
+        return TrainingSpec(
+            base_model="rft-tiny",
+            dataset=rows,
+            reward_config=reward_config,
+            hyperparameters=Hyperparameters.model_validate({"prompts_per_step": 2}),
+            output_dir=tmp_path,
+            model_cache_dir=tmp_path,
+        )
+
+    spec([good, good])
+    with pytest.raises(ValueError, match="no rows"):
+        spec([])
+    with pytest.raises(ValueError, match="no 'prompt'"):
+        spec([good, {"question": "hi"}])
+    with pytest.raises(ValueError, match="fewer than prompts_per_step"):
+        spec([good])
+    with pytest.raises(ValueError, match="at least one reward function"):
+        spec([good, good], RewardConfig(version=1, functions=[]))

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,7 +28,7 @@ def test_builds_byte_identical_models(tmp_path: Path, model_cache_dir: Path) -> 
 def test_reloads_and_generates_with_chatml(model_cache_dir: Path) -> None:
     path = ensure_tiny_model(model_cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model: Any = AutoModelForCausalLM.from_pretrained(path)
 
     assert tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.pad_token == "<|pad|>"
@@ -50,3 +52,15 @@ def test_resolve_base_model(model_cache_dir: Path) -> None:
     )
     assert resolve_base_model("Qwen/Qwen2.5-0.5B", model_cache_dir) == "Qwen/Qwen2.5-0.5B"
     assert resolve_base_model("/models/local", model_cache_dir) == "/models/local"
+
+
+def test_concurrent_builds_agree(tmp_path: Path) -> None:
+    # Two worker processes starting at once on an empty cache: one builds, the other waits.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        paths = pool.map(ensure_tiny_model, [tmp_path, tmp_path])
+    assert paths[0] == paths[1]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        paths[0].name
+    ]
+    assert not [p for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith(".")]

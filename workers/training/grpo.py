@@ -14,14 +14,19 @@ from typing import Any
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+)
 from trl import GRPOConfig
 from trl.import_utils import is_vllm_available
 
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.records import RewardConfig, TrainingObserver
 from workers.training.recording_trainer import RecordingGRPOTrainer
+from workers.training.records import RewardConfig, TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
@@ -57,7 +62,8 @@ class TrainingSpec:
         hp = self.hyperparameters
         if len(self.dataset) < hp.prompts_per_step:
             raise ValueError(
-                f"dataset: {len(self.dataset)} rows, fewer than prompts_per_step={hp.prompts_per_step}"
+                f"dataset: {len(self.dataset)} rows, fewer than "
+                f"prompts_per_step={hp.prompts_per_step}"
             )
 
 
@@ -71,19 +77,50 @@ class TrainingOutcome:
 def run_grpo(
     spec: TrainingSpec, sandbox: RewardSandbox, observer: TrainingObserver
 ) -> TrainingOutcome:
-    """Train a LoRA adapter with GRPO, scoring in ``sandbox`` and reporting each step to ``observer``.
+    """Train a LoRA adapter with GRPO, scoring in ``sandbox``, reporting each step to ``observer``.
 
     Loads ``spec.reward_config`` into the sandbox first (RewardCodeError if it cannot load); the
     caller owns the sandbox and closes it. Exceptions from TRL or the sandbox propagate.
     """
+    dispatcher = RewardDispatcher(sandbox, spec.reward_config)
+    dispatcher.load_initial()
+    trainer = build_trainer(spec, dispatcher)
+    logger.info(
+        "GRPO on %s: %d steps, %d completions per step, vLLM %s, resume from %s",
+        spec.base_model,
+        spec.hyperparameters.train_steps,
+        spec.hyperparameters.completions_per_step,
+        "on" if trainer.use_vllm else "off",
+        spec.resume_from_checkpoint,
+    )
+    reporter = StepReporter(
+        trainer=trainer,
+        dispatcher=dispatcher,
+        observer=observer,
+        num_generations=spec.hyperparameters.num_generations,
+    )
+    trainer.add_callback(reporter)
+
+    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
+    trainer.train(resume_from_checkpoint=resume)
+
+    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
+    # The PEFT model saves only the adapter; the tokenizer makes the folder loadable alone.
+    trainer.save_model(str(adapter_path))
+    return TrainingOutcome(
+        steps_completed=trainer.state.global_step,
+        stop_reason=reporter.stop_reason,
+        adapter_path=adapter_path,
+    )
+
+
+def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> RecordingGRPOTrainer:
+    """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function."""
     hp = spec.hyperparameters
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = torch.cuda.is_available()
     use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
     use_vllm = use_cuda and is_vllm_available()
-
-    dispatcher = RewardDispatcher(sandbox, spec.reward_config)
-    dispatcher.load_initial()
 
     tokenizer = _load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(
@@ -92,7 +129,7 @@ def run_grpo(
     trainer = RecordingGRPOTrainer(
         model=model,
         reward_funcs=[dispatcher],
-        args=_grpo_config(spec, use_bf16=use_bf16, use_vllm=use_vllm),
+        args=_grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, use_vllm=use_vllm),
         train_dataset=_indexed_dataset(spec.dataset),
         processing_class=tokenizer,
         peft_config=LoraConfig(
@@ -104,28 +141,10 @@ def run_grpo(
         ),
         max_prompt_length=hp.max_prompt_length,
     )
-    reporter = StepReporter(
-        trainer=trainer,
-        dispatcher=dispatcher,
-        observer=observer,
-        num_generations=hp.num_generations,
-    )
-    trainer.add_callback(reporter)
-    trainer.set_sampling(
-        temperature=spec.reward_config.temperature, top_p=spec.reward_config.top_p
-    )
-
-    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    trainer.train(resume_from_checkpoint=resume)
-
-    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
-    trainer.model.save_pretrained(adapter_path)
-    tokenizer.save_pretrained(adapter_path)
-    return TrainingOutcome(
-        steps_completed=trainer.state.global_step,
-        stop_reason=reporter.stop_reason,
-        adapter_path=adapter_path,
-    )
+    # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
+    trainer.remove_callback(PrinterCallback)
+    trainer.set_sampling(temperature=spec.reward_config.temperature, top_p=spec.reward_config.top_p)
+    return trainer
 
 
 def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
@@ -142,7 +161,9 @@ def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
     return Dataset.from_list([{**row, DATASET_INDEX_COLUMN: i} for i, row in enumerate(rows)])
 
 
-def _grpo_config(spec: TrainingSpec, *, use_bf16: bool, use_vllm: bool) -> GRPOConfig:
+def _grpo_config(
+    spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool, use_vllm: bool
+) -> GRPOConfig:
     hp = spec.hyperparameters
     vllm_settings: dict[str, Any] = {}
     if use_vllm:
@@ -176,9 +197,11 @@ def _grpo_config(spec: TrainingSpec, *, use_bf16: bool, use_vllm: bool) -> GRPOC
         # Extra dataset columns are reward inputs, not model inputs: keep them.
         remove_unused_columns=False,
         # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail.
+        # (activation_checkpointing is transformers' new name; it overrides TRL's default True.)
         bf16=use_bf16,
         fp16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
+        dataloader_pin_memory=use_cuda,
         logging_steps=1,
         save_strategy="steps",
         save_steps=hp.checkpoint_every,

@@ -45,6 +45,7 @@ class RecordingGRPOTrainer(GRPOTrainer):
         TRL copies temperature and top_p into several places at init (the trainer, the
         generation config and kwargs, the vLLM backend); each one is read by some path.
         """
+        temperature_changed = temperature is not None and temperature != self.temperature
         updates = {"temperature": temperature, "top_p": top_p}
         for name, value in updates.items():
             if value is None:
@@ -60,7 +61,7 @@ class RecordingGRPOTrainer(GRPOTrainer):
             vllm_generation = getattr(self, "vllm_generation", None)
             if vllm_generation is not None:
                 setattr(vllm_generation, name, value)
-        if temperature is not None:
+        if temperature is not None and temperature_changed:
             self._rescale_log_probs(temperature)
 
     def _rescale_log_probs(self, temperature: float) -> None:
@@ -68,9 +69,11 @@ class RecordingGRPOTrainer(GRPOTrainer):
         # baked in; they must be of the distribution we now sample from (the policy gradient, and
         # vLLM's importance-sampling ratio, compare the two). Re-patch from the unpatched forward,
         # which the patch keeps as __wrapped__.
-        models = [self.model.get_base_model() if is_peft_model(self.model) else self.model]
+        policy: Any = self.model
+        models: list[Any] = [policy.get_base_model() if is_peft_model(policy) else policy]
         if self.ref_model is not None:
             models.append(self.ref_model)
+        cast_lm_head_to_fp32 = getattr(self.args, "cast_lm_head_to_fp32", False)
         for index, model in enumerate(models):
             patched = model.__dict__.get("forward")
             unpatched = getattr(patched, "__wrapped__", None)
@@ -80,7 +83,7 @@ class RecordingGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(
                 model,
                 temperature=temperature,
-                cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+                cast_lm_head_to_fp32=cast_lm_head_to_fp32,
                 # The policy also feeds the entropy metric; the reference model only log-probs.
                 **({"outputs": ("log_probs", "entropy")} if index == 0 else {}),
             )

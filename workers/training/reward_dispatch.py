@@ -26,6 +26,7 @@ _TRL_CONTROL_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "en
 class ScoredGeneration:
     """Everything about one generation batch that the step record needs, in TRL's sample order."""
 
+    step: int  # the 1-based optimizer step this batch trains
     config_version: int
     weights: dict[str, float]
     versions: dict[str, int]
@@ -73,7 +74,7 @@ class RewardDispatcher:
         self.last_generation: ScoredGeneration | None = None
 
     def apply_config(self, config: RewardConfig) -> None:
-        """Load ``config``'s functions for the next batch; raises RewardCodeError if they cannot load."""
+        """Score the next batches with ``config``; RewardCodeError if its functions cannot load."""
         self._sandbox.load(config.functions)
         self.config = config
 
@@ -111,6 +112,7 @@ class RewardDispatcher:
             for i in range(len(texts))
         ]
         self.last_generation = ScoredGeneration(
+            step=step,
             config_version=config.version,
             weights=dict(zip(names, weights, strict=True)),
             versions={spec.name: spec.version for spec in config.functions},

@@ -1,7 +1,8 @@
-"""Turns each finished optimizer step into a StepRecord for the observer, and applies live config."""
+"""Reports each finished optimizer step as a StepRecord, and applies live reward config."""
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -12,16 +13,18 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import (
     CompletionRecord,
     FunctionStepMetrics,
     StepRecord,
     TrainingObserver,
 )
-from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
 
-# Log keys that have a field of their own in StepRecord, or describe reward that we compute ourselves.
+logger = logging.getLogger(__name__)
+
+# Log keys with a field of their own in StepRecord, or about reward, which we compute ourselves.
 _OWN_FIELDS = frozenset({"loss", "kl", "learning_rate", "reward", "reward_std", "epoch"})
 
 
@@ -83,7 +86,10 @@ class StepReporter(TrainerCallback):
         if not logs or "loss" not in logs:
             return
         generation = self._dispatcher.last_generation
-        if generation is None:
+        if generation is None or generation.step != state.global_step:
+            # Only possible if TRL reused a generation across steps (steps_per_generation > 1),
+            # which run_grpo never configures: better a missing record than a wrong one.
+            logger.warning("step %d: no generation of its own to report", state.global_step)
             return
         record = self._build_record(state.global_step, generation, logs)
         self._observer.on_step(record)
@@ -101,7 +107,7 @@ class StepReporter(TrainerCallback):
         control: TrainerControl,
         **kwargs: Any,
     ) -> None:
-        path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        path = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         self._observer.on_checkpoint(state.global_step, path)
 
     def _build_record(
@@ -118,9 +124,7 @@ class StepReporter(TrainerCallback):
                 dataset_index=generation.dataset_indices[i],
                 prompt=generation.prompts[i],
                 completion=generation.completions[i],
-                scores={
-                    name: function_score(generation.results, name, i) for name in names
-                },
+                scores={name: function_score(generation.results, name, i) for name in names},
                 total=generation.totals[i],
                 advantage=advantages[i],
                 token_count=generation.token_counts[i],

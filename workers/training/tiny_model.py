@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 TINY_MODEL_NAME = "rft-tiny"
 
@@ -36,12 +37,13 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_WORDS = (
+_WORD_TEXT = (
     "the a an and of to in is it that for on with as was at by be this from or are not have "
     "apple banana cat dog alpha beta gamma data model reward train step token letter word "
     "write say give answer question please repeat about story short long only some many "
     "aaa bbb abracadabra banana papaya java lava salsa yes no one two three four five"
-).split()
+)
+_WORDS = _WORD_TEXT.split()
 _ROLES = ("user", "assistant", "system")
 
 
@@ -133,8 +135,8 @@ def _build(out_dir: Path) -> None:
         # With the default 0.02 the logits stay near uniform and GRPO cannot sharpen them.
         initializer_range=0.1,
         bos_token_id=None,
-        eos_token_id=fast.convert_tokens_to_ids(IM_END),
-        pad_token_id=fast.convert_tokens_to_ids(PAD),
+        eos_token_id=_token_id(fast, IM_END),
+        pad_token_id=_token_id(fast, PAD),
     )
     # A private RNG stream: building the model must not disturb (or depend on) the caller's seed.
     with torch.random.fork_rng(devices=[]):
@@ -143,6 +145,12 @@ def _build(out_dir: Path) -> None:
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
     model.save_pretrained(out_dir)
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(token_id, int), token
+    return token_id
 
 
 def directory_digest(directory: Path) -> str:

@@ -1,0 +1,287 @@
+"""``rft``: datasets, jobs, live configs, completions and logs from the shell."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from rft.cli.files import config_to_yaml, read_config, read_job_spec
+from rft.cli.watch import step_table
+from rft.client import Client
+from rft.errors import RFTError
+from rft.models import Completion, Job
+
+app = typer.Typer(help="rft: GRPO reinforcement fine-tuning as a service.", no_args_is_help=True)
+datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Create, follow and cancel training jobs.", no_args_is_help=True)
+config_app = typer.Typer(help="Read and change a running job's config.", no_args_is_help=True)
+completions_app = typer.Typer(help="Look at sampled completions.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(config_app, name="config")
+app.add_typer(completions_app, name="completions")
+
+console = Console()
+error_console = Console(stderr=True)
+
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+
+def reports_errors(command: Callable[Params, Result]) -> Callable[Params, Result]:
+    """Print API errors as one readable line and exit 1, instead of a traceback."""
+
+    @functools.wraps(command)
+    def run(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+        try:
+            return command(*args, **kwargs)
+        except RFTError as error:
+            error_console.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return run
+
+
+@app.callback()
+def connection(
+    context: typer.Context,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="RFT_API_KEY", help="API key.", show_default=False)
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(envvar="RFT_BASE_URL", help="Server URL (default http://127.0.0.1:8000)."),
+    ] = None,
+) -> None:
+    context.obj = {"api_key": api_key, "base_url": base_url}
+
+
+def client_for(context: typer.Context) -> Client:
+    settings = context.find_root().obj or {}
+    client = Client(api_key=settings.get("api_key"), base_url=settings.get("base_url"))
+    context.call_on_close(client.close)
+    return client
+
+
+def _when(job: Job) -> str:
+    return job.created_at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+# --- datasets -------------------------------------------------------------------------------
+
+
+@datasets_app.command("upload")
+@reports_errors
+def upload_dataset(
+    context: typer.Context,
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL, CSV, Parquet.")],
+    name: Annotated[str | None, typer.Option(help="Defaults to the file name.")] = None,
+) -> None:
+    """Upload a dataset file."""
+    dataset = client_for(context).datasets.upload(path, name=name)
+    console.print(
+        f"uploaded [bold]{dataset.id}[/bold]: {dataset.row_count} rows, {dataset.columns}"
+    )
+
+
+@datasets_app.command("list")
+@reports_errors
+def list_datasets(context: typer.Context) -> None:
+    """Datasets, newest first."""
+    table = Table("id", "name", "format", "rows", "columns", "created")
+    for dataset in client_for(context).datasets.list():
+        table.add_row(
+            dataset.id,
+            dataset.name,
+            dataset.file_format,
+            str(dataset.row_count),
+            ", ".join(dataset.columns),
+            dataset.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    console.print(table)
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+@jobs_app.command("create")
+@reports_errors
+def create_job(
+    context: typer.Context,
+    file: Annotated[Path, typer.Option("--file", "-f", exists=True, help="The job's YAML spec.")],
+) -> None:
+    """Create a job from YAML: dataset_id (or dataset: a file to upload), base_model,
+    reward_functions (name: {source or source_file, weight}), hyperparameters."""
+    spec = read_job_spec(file)
+    client = client_for(context)
+    dataset_path = spec.pop("dataset_path", None)
+    if dataset_path is not None:
+        dataset = client.datasets.upload(dataset_path)
+        console.print(f"uploaded {dataset_path} as {dataset.id} ({dataset.row_count} rows)")
+        spec["dataset"] = dataset.id
+    job = client.jobs.create(**spec)
+    console.print(f"created job [bold]{job.id}[/bold] ({job.status.value})")
+
+
+@jobs_app.command("list")
+@reports_errors
+def list_jobs(
+    context: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+) -> None:
+    """Jobs, newest first."""
+    table = Table("id", "name", "status", "steps", "model", "created")
+    for job in client_for(context).jobs.list(status=status):
+        table.add_row(
+            job.id,
+            job.name or "",
+            job.status.value,
+            f"{job.steps_completed}/{job.train_steps}",
+            job.base_model,
+            _when(job),
+        )
+    console.print(table)
+
+
+@jobs_app.command("get")
+@reports_errors
+def get_job(context: typer.Context, job_id: str) -> None:
+    """One job as JSON."""
+    console.print_json(client_for(context).jobs.get(job_id).model_dump_json())
+
+
+@jobs_app.command("cancel")
+@reports_errors
+def cancel_job(context: typer.Context, job_id: str) -> None:
+    """Stop a queued or running job."""
+    job = client_for(context).jobs.cancel(job_id)
+    console.print(f"{job.id} {job.status.value}")
+
+
+@jobs_app.command("watch")
+@reports_errors
+def watch_job(
+    context: typer.Context,
+    job_id: str,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 1.0,
+) -> None:
+    """A live table of the total reward and each function's recent history, until the job ends."""
+    client = client_for(context)
+    steps = client.jobs.steps(job_id)
+    job = client.jobs.get(job_id)
+    with Live(step_table(job, steps), console=console, auto_refresh=False) as live:
+        while not job.status.is_terminal:
+            time.sleep(interval)
+            job = client.jobs.get(job_id)
+            steps += client.jobs.steps(job_id, after_step=steps[-1].step if steps else 0)
+            live.update(step_table(job, steps), refresh=True)
+    if job.status.value != "succeeded":
+        raise typer.Exit(1)
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+@config_app.command("get")
+@reports_errors
+def get_config(
+    context: typer.Context,
+    job_id: str,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the YAML to this file.")
+    ] = None,
+) -> None:
+    """The job's live config as YAML (edit it, then `rft config update`)."""
+    text = config_to_yaml(client_for(context).jobs.get_config(job_id))
+    if output is None:
+        console.print(text, markup=False, highlight=False, end="")
+    else:
+        output.write_text(text)
+        console.print(f"wrote {output}")
+
+
+@config_app.command("update")
+@reports_errors
+def update_config(
+    context: typer.Context,
+    job_id: str,
+    file: Annotated[Path, typer.Option("--file", "-f", exists=True, help="Config YAML.")],
+    dry_run: Annotated[bool, typer.Option(help="Rescore the last step; change nothing.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Overwrite even if the config changed since `version`.")
+    ] = False,
+) -> None:
+    config = read_config(file)
+    jobs = client_for(context).jobs
+    if dry_run:
+        result = jobs.update_config(job_id, config, dry_run=True, check_version=not force)
+        console.print_json(result.model_dump_json())
+        return
+    update = jobs.update_config(job_id, config, check_version=not force)
+    console.print(
+        f"config version [bold]{update.version}[/bold] applies from step {update.applies_from_step}"
+    )
+
+
+# --- completions and logs -------------------------------------------------------------------
+
+
+def _completion_table(title: str, completions: list[Completion]) -> Table:
+    names = sorted({name for c in completions for name in c.scores})
+    table = Table("total", *names, "prompt", "completion", title=title, title_justify="left")
+    for completion in completions:
+        scores = [completion.scores.get(name) for name in names]
+        table.add_row(
+            "-" if completion.total is None else f"{completion.total:.3f}",
+            *("-" if score is None else f"{score:.3f}" for score in scores),
+            str(completion.prompt)[:60],
+            completion.completion,
+        )
+    return table
+
+
+@completions_app.command("show")
+@reports_errors
+def show_completions(
+    context: typer.Context,
+    job_id: str,
+    step: Annotated[int, typer.Option(help="The step whose completions to show.")],
+    count: Annotated[int, typer.Option(help="How many best and worst.")] = 3,
+) -> None:
+    """The best and worst completions of a step, by total reward."""
+    completions = list(client_for(context).jobs.completions(job_id, step=step, limit=1000))
+    if not completions:
+        error_console.print(f"no completions recorded for step {step}")
+        raise typer.Exit(1)
+
+    def total(completion: Completion) -> float:
+        return completion.total if completion.total is not None else float("-inf")
+
+    ranked = sorted(completions, key=total, reverse=True)
+    console.print(_completion_table(f"best of step {step}", ranked[:count]))
+    console.print(_completion_table(f"worst of step {step}", ranked[-count:][::-1]))
+
+
+@app.command("logs")
+@reports_errors
+def show_logs(
+    context: typer.Context,
+    job_id: str,
+    step: Annotated[int | None, typer.Option(help="Only this step.")] = None,
+    function: Annotated[str | None, typer.Option(help="Only this reward function.")] = None,
+) -> None:
+    """What reward functions printed."""
+    for entry in client_for(context).jobs.logs(job_id, step=step, function=function):
+        version = f" v{entry.function_version}" if entry.function_version is not None else ""
+        console.print(f"[bold]step {entry.step} · {entry.function_name}{version}[/bold]")
+        console.print(entry.output, markup=False, highlight=False, end="")
+        if entry.truncated:
+            console.print("[dim]… (truncated)[/dim]")

@@ -1,0 +1,108 @@
+"""YAML files the CLI reads and writes: job specs and job configs.
+
+Reward function sources may be inline (``source``) or in a file next to the YAML
+(``source_file``), so a job spec can live in a repository beside its reward code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rft.errors import RFTError
+from rft.models import JobConfig
+
+
+def _reward_functions(raw: Any, base_dir: Path, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict) or not raw:
+        raise RFTError(
+            f"{where}: reward_functions must map names to {{source|source_file, weight}}"
+        )
+    functions: dict[str, dict[str, Any]] = {}
+    for name, spec in raw.items():
+        if isinstance(spec, str):
+            spec = {"source": spec}
+        if not isinstance(spec, dict):
+            raise RFTError(f"{where}: reward function {name!r} must be a mapping")
+        if "source_file" in spec:
+            source = (base_dir / str(spec["source_file"])).read_text()
+        elif "source" in spec:
+            source = str(spec["source"])
+        else:
+            raise RFTError(f"{where}: reward function {name!r} needs source or source_file")
+        functions[str(name)] = {"source": source, "weight": float(spec.get("weight", 1.0))}
+    return functions
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    content = yaml.safe_load(path.read_text())
+    if not isinstance(content, dict):
+        raise RFTError(f"{path}: expected a YAML mapping at the top level")
+    return content
+
+
+def read_job_spec(path: Path) -> dict[str, Any]:
+    """The keyword arguments of ``jobs.create`` (with ``dataset_path`` when a file is named)."""
+    spec = load_yaml(path)
+    known = {
+        "name",
+        "dataset_id",
+        "dataset",
+        "base_model",
+        "reward_functions",
+        "hyperparameters",
+        "allow_network",
+    }
+    unknown = set(spec) - known
+    if unknown:
+        raise RFTError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    if bool(spec.get("dataset_id")) == bool(spec.get("dataset")):
+        raise RFTError(f"{path}: give either dataset_id or dataset (a file to upload)")
+    job: dict[str, Any] = {
+        "reward_functions": _reward_functions(spec.get("reward_functions"), path.parent, str(path)),
+        "base_model": spec.get("base_model", "rft-tiny"),
+        "hyperparameters": spec.get("hyperparameters") or {},
+        "name": spec.get("name"),
+        "allow_network": bool(spec.get("allow_network", False)),
+    }
+    if spec.get("dataset_id"):
+        job["dataset"] = str(spec["dataset_id"])
+    else:
+        job["dataset_path"] = path.parent / str(spec["dataset"])
+    return job
+
+
+def read_config(path: Path) -> JobConfig:
+    raw = load_yaml(path)
+    raw["reward_functions"] = _reward_functions(raw.get("reward_functions"), path.parent, str(path))
+    return JobConfig.model_validate(raw)
+
+
+class _BlockStyleDumper(yaml.SafeDumper):
+    """Writes multi-line strings (reward code) as ``|`` blocks, readable and editable."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockStyleDumper.add_representer(str, _represent_str)
+
+
+def config_to_yaml(config: JobConfig) -> str:
+    content: dict[str, Any] = {
+        "job_id": config.job_id,
+        "version": config.version,
+        "reward_functions": {
+            name: {"weight": function.weight, "source": function.source}
+            for name, function in config.reward_functions.items()
+        },
+    }
+    if config.temperature is not None:
+        content["temperature"] = config.temperature
+    if config.top_p is not None:
+        content["top_p"] = config.top_p
+    return yaml.dump(content, Dumper=_BlockStyleDumper, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,53 @@
+"""The live table of ``rft jobs watch``: total reward and each function's recent history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from rft.cli.sparkline import sparkline
+from rft.models import Job, Step
+
+HISTORY_STEPS = 40
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def step_table(job: Job, steps: Sequence[Step]) -> Table:
+    recent = list(steps[-HISTORY_STEPS:])
+    latest = recent[-1] if recent else None
+    title = f"{job.id}  {job.status.value}  step {job.steps_completed}/{job.train_steps}"
+    if job.failure_reason:
+        title += f"  ({job.failure_reason})"
+    table = Table(title=title, title_justify="left")
+    table.add_column("reward")
+    table.add_column("weight", justify="right")
+    table.add_column("mean", justify="right")
+    table.add_column("std", justify="right")
+    table.add_column(f"last {HISTORY_STEPS} steps")
+    table.add_row(
+        "[bold]total[/bold]",
+        "",
+        _number(latest.reward_mean if latest else None),
+        _number(latest.reward_std if latest else None),
+        sparkline([step.reward_mean for step in recent]),
+    )
+    names = sorted({name for step in recent for name in step.reward_functions})
+    for name in names:
+        metrics = latest.reward_functions.get(name) if latest else None
+        history = [
+            step.reward_functions[name].mean if name in step.reward_functions else None
+            for step in recent
+        ]
+        errors = f"  [red]{metrics.errors} errors[/red]" if metrics and metrics.errors else ""
+        table.add_row(
+            name + errors,
+            f"{metrics.weight:g}" if metrics else "",
+            _number(metrics.mean if metrics else None),
+            _number(metrics.std if metrics else None),
+            sparkline(history),
+        )
+    return table

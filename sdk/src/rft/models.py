@@ -1,0 +1,362 @@
+"""Typed models of what the server sends and accepts; they mirror service/*/schemas.py.
+
+Read models ignore fields they do not know, so an older client keeps working against a newer
+server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from rft.reward_source import to_source
+
+Item = TypeVar("Item")
+
+
+class Page(BaseModel, Generic[Item]):
+    data: list[Item]
+    has_more: bool
+    next_cursor: str | None = None
+
+
+class Dataset(BaseModel):
+    id: str
+    name: str
+    file_format: str
+    row_count: int
+    columns: list[str]
+    prompt_kind: str
+    size_bytes: int
+    sha256: str
+    created_at: datetime
+
+
+class DatasetDetail(Dataset):
+    preview: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Hyperparameters(BaseModel):
+    """GRPO settings of a job. Only the fields you set are sent; the server fills the rest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_steps: int = Field(20, ge=1, description="Optimizer steps to run.")
+    learning_rate: float = Field(2e-2, gt=0, le=1.0, description="LoRA learning rate.")
+    num_generations: int = Field(
+        8, ge=2, description="Completions sampled per prompt (the GRPO group size)."
+    )
+    prompts_per_step: int = Field(2, ge=1, description="Distinct prompts per step.")
+    max_completion_length: int = Field(16, ge=1, description="Tokens per completion.")
+    max_prompt_length: int | None = Field(None, ge=1, description="Truncate prompts (tokens).")
+    temperature: float = Field(1.0, gt=0, le=5.0)
+    top_p: float = Field(1.0, gt=0, le=1.0)
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 skips the reference model.")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
+    lora_rank: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    seed: int = Field(0, ge=0)
+    reward_error_rate_limit: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Circuit breaker: the job fails when one reward function fails on more "
+        "than this share of a step's samples for reward_error_patience consecutive steps.",
+    )
+    reward_error_patience: int = Field(3, ge=1, description="See reward_error_rate_limit.")
+    checkpoint_every: int = Field(10, ge=1, description="Save the adapter every N steps.")
+
+
+class Job(BaseModel):
+    id: str
+    name: str | None
+    status: JobStatus
+    failure_reason: str | None
+    base_model: str
+    dataset_id: str
+    hyperparameters: dict[str, Any]
+    config_version: int
+    applied_config_version: int | None
+    steps_completed: int
+    allow_network: bool
+    runtime_packages: list[str] = Field(default_factory=list)
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def train_steps(self) -> int:
+        return int(self.hyperparameters.get("train_steps", 0))
+
+
+class FunctionStepMetrics(BaseModel):
+    version: int
+    weight: float
+    mean: float | None
+    std: float | None
+    scored: int
+    errors: int
+    error_rate: float
+
+
+class Step(BaseModel):
+    step: int
+    config_version: int
+    reward_mean: float | None
+    reward_std: float | None
+    loss: float | None
+    kl: float | None
+    learning_rate: float | None
+    duration_s: float
+    reward_functions: dict[str, FunctionStepMetrics]
+    created_at: datetime
+
+
+class Completion(BaseModel):
+    id: int
+    step: int
+    config_version: int
+    prompt_index: int
+    group_position: int
+    dataset_index: int | None
+    prompt: Any
+    completion: str
+    scores: dict[str, float | None]
+    total: float | None
+    advantage: float | None
+    token_count: int
+
+
+class JobEvent(BaseModel):
+    id: int
+    kind: str
+    message: str
+    step: int | None
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class RewardFunction(BaseModel):
+    """A reward function to send: Python source (or a plain function) and its weight."""
+
+    source: str
+    weight: float = 1.0
+
+    def __init__(
+        self, source: str | Callable[..., Any], *, weight: float = 1.0, **extra: Any
+    ) -> None:
+        super().__init__(source=to_source(source), weight=weight, **extra)
+
+
+RewardFunctionLike: TypeAlias = str | Callable[..., Any] | RewardFunction
+
+
+class RewardFunctionConfig(RewardFunction):
+    """A reward function as the server stores it; ``version`` is None until the server saves it."""
+
+    version: int | None = None
+    label: str | None = Field(None, description="name_vN, as shown in graphs.")
+
+    def __init__(
+        self,
+        source: str | Callable[..., Any],
+        *,
+        weight: float = 1.0,
+        version: int | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(source, weight=weight, version=version, **extra)
+
+
+def to_reward_function_config(
+    name: str, value: RewardFunctionLike | Mapping[str, Any], *, weight: float = 1.0
+) -> RewardFunctionConfig:
+    if isinstance(value, RewardFunctionConfig):
+        return value
+    if isinstance(value, RewardFunction):
+        return RewardFunctionConfig(value.source, weight=value.weight)
+    if isinstance(value, Mapping):
+        return RewardFunctionConfig.model_validate(value)
+    return RewardFunctionConfig(to_source(value, name=name), weight=weight)
+
+
+RewardFunctionsInput: TypeAlias = Mapping[str, RewardFunctionLike | Mapping[str, Any]]
+
+
+class RewardFunctionMap(dict[str, RewardFunctionConfig]):
+    """Reward functions by name; assigning a function or source string keeps the old weight.
+
+    ``config.reward_functions["fmt"] = my_function`` replaces fmt's code and leaves its weight,
+    ``config.reward_functions["fmt"].weight = 0.5`` changes only the weight.
+    """
+
+    def __init__(self, functions: RewardFunctionsInput | None = None) -> None:
+        super().__init__()
+        for name, value in (functions or {}).items():
+            self[name] = value
+
+    # Wider than dict's value type on purpose: functions and strings are converted on the way in.
+    def __setitem__(  # type: ignore[override]
+        self, name: str, value: RewardFunctionLike | Mapping[str, Any]
+    ) -> None:
+        previous = self.get(name)
+        weight = previous.weight if previous is not None else 1.0
+        super().__setitem__(name, to_reward_function_config(name, value, weight=weight))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def to_request(self) -> dict[str, dict[str, Any]]:
+        return {name: {"source": f.source, "weight": f.weight} for name, f in self.items()}
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source_type: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            lambda value: value if isinstance(value, cls) else cls(value),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda functions: {name: f.model_dump() for name, f in functions.items()}
+            ),
+        )
+
+
+class JobConfig(BaseModel):
+    """The live part of a job's configuration: what can change while it trains."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    job_id: str | None = None
+    version: int | None = None
+    reward_functions: RewardFunctionMap = Field(default_factory=RewardFunctionMap)
+    temperature: float | None = None
+    top_p: float | None = None
+    allow_network: bool | None = None
+    runtime_packages: list[str] = Field(default_factory=list)
+    created_at: datetime | None = None
+    applied_at_step: int | None = Field(
+        None, description="The first step this version scored; None until the worker applies it."
+    )
+    etag: str | None = Field(
+        None, exclude=True, description="The ETag it was read with; sent back as If-Match."
+    )
+
+    def to_update_request(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"reward_functions": self.reward_functions.to_request()}
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        return body
+
+
+class ConfigUpdate(BaseModel):
+    version: int
+    applies_from_step: int = Field(
+        description="The next step to start; the worker applies the newest version there."
+    )
+    changed_functions: list[str] = Field(default_factory=list)
+    added_functions: list[str] = Field(default_factory=list)
+    removed_functions: list[str] = Field(default_factory=list)
+    config: JobConfig
+
+
+class RescoredCompletion(BaseModel):
+    completion_id: int
+    prompt_index: int
+    group_position: int
+    old_scores: dict[str, float | None]
+    new_scores: dict[str, float | None]
+    old_total: float | None
+    new_total: float | None
+    old_advantage_sign: int
+    new_advantage_sign: int
+
+
+class DryRunResult(BaseModel):
+    """What a config change would have done to the last recorded step; nothing is stored."""
+
+    dry_run: bool = True
+    step: int | None = Field(description="The step re-scored; None when none is recorded yet.")
+    completions: list[RescoredCompletion] = Field(default_factory=list)
+    advantage_sign_changes: int
+    errors: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class RewardFunctionLog(BaseModel):
+    id: int
+    step: int
+    function_name: str
+    function_version: int
+    output: str
+    truncated: bool = False
+
+
+class RewardError(BaseModel):
+    """A reward function failing on one sample during training."""
+
+    id: int
+    step: int
+    function_name: str
+    function_version: int
+    kind: str = Field(description="exception, timeout, killed, invalid return or wrong length.")
+    message: str
+    traceback: str | None = None
+    sample_index: int | None = None
+
+
+class SampleError(BaseModel):
+    kind: str
+    message: str
+    traceback: str | None = None
+    sample_index: int | None = None
+
+
+class Sample(BaseModel):
+    prompt: str | list[dict[str, Any]]
+    completion: str
+    example: dict[str, Any] = Field(default_factory=dict)
+
+
+class FunctionTestResult(BaseModel):
+    form: str = Field("", description="sample or batch: how the function is called.")
+    scores: list[float | None]
+    errors: list[SampleError] = Field(default_factory=list)
+    error_rate: float = 0.0
+    logs: str = ""
+    logs_truncated: bool = False
+    duration_s: float = 0.0
+
+
+class RewardFunctionTestResult(BaseModel):
+    samples: list[Sample] = Field(default_factory=list)
+    results: dict[str, FunctionTestResult]
+    totals: list[float | None] = Field(
+        default_factory=list, description="Weighted sum per sample, as in training."
+    )
+
+
+def reward_functions_request(functions: RewardFunctionsInput) -> dict[str, dict[str, Any]]:
+    """The JSON body part ``{name: {"source", "weight"}}`` from functions, strings or models."""
+    return RewardFunctionMap(functions).to_request()

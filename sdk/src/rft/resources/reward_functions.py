@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rft.models import (
+    Dataset,
+    RewardFunctionsInput,
+    RewardFunctionTestResult,
+    reward_functions_request,
+)
+from rft.transport import AsyncTransport, RequestOptions, SyncTransport
+
+
+def _test_request(
+    reward_functions: RewardFunctionsInput,
+    samples: Sequence[Mapping[str, Any]] | None,
+    dataset: str | Dataset | None,
+    completions: Sequence[str] | None,
+    rows: int | None,
+    allow_network: bool,
+) -> RequestOptions:
+    body: dict[str, Any] = {
+        "reward_functions": reward_functions_request(reward_functions),
+        "allow_network": allow_network,
+    }
+    if samples is not None:
+        body["samples"] = [dict(sample) for sample in samples]
+    if dataset is not None:
+        body["dataset_id"] = dataset.id if isinstance(dataset, Dataset) else dataset
+    if completions is not None:
+        body["completions"] = list(completions)
+    if rows is not None:
+        body["rows"] = rows
+    return RequestOptions("POST", "/v1/reward-functions/test", json=body)
+
+
+class RewardFunctions:
+    def __init__(self, transport: SyncTransport) -> None:
+        self._transport = transport
+
+    def test(
+        self,
+        *,
+        reward_functions: RewardFunctionsInput,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+        dataset: str | Dataset | None = None,
+        completions: Sequence[str] | None = None,
+        rows: int | None = None,
+        allow_network: bool = False,
+    ) -> RewardFunctionTestResult:
+        """Run reward functions in the server's sandbox, without a job.
+
+        Either on ``samples`` (``{"prompt", "completion", "example"}``), or on the first
+        ``rows`` rows of ``dataset`` paired with ``completions``. Returns per function the
+        scores, typed errors, printed output and timing.
+        """
+        options = _test_request(
+            reward_functions, samples, dataset, completions, rows, allow_network
+        )
+        return RewardFunctionTestResult.model_validate(self._transport.request(options).json())
+
+
+class AsyncRewardFunctions:
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+    async def test(
+        self,
+        *,
+        reward_functions: RewardFunctionsInput,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+        dataset: str | Dataset | None = None,
+        completions: Sequence[str] | None = None,
+        rows: int | None = None,
+        allow_network: bool = False,
+    ) -> RewardFunctionTestResult:
+        options = _test_request(
+            reward_functions, samples, dataset, completions, rows, allow_network
+        )
+        response = await self._transport.request(options)
+        return RewardFunctionTestResult.model_validate(response.json())

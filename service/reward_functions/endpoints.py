@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.auth.dependencies import CurrentTenant
+from service.db import SessionDep
+from service.reward_functions import service
+from service.reward_functions.schemas import RewardFunctionTest, RewardFunctionTestResult
+
+router = APIRouter(prefix="/v1/reward-functions", tags=["reward functions"])
+
+
+@router.post("/test", response_model=RewardFunctionTestResult)
+def test_reward_functions(
+    session: SessionDep, tenant_id: CurrentTenant, request: RewardFunctionTest
+) -> RewardFunctionTestResult:
+    """Run functions on samples in the sandbox: scores, typed errors, print output, timing."""
+    return service.try_reward_functions(session, tenant_id, request)

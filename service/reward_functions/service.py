@@ -1,0 +1,139 @@
+"""Trying reward functions on samples before paying for training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
+from service.datasets.repository import DatasetRepository
+from service.datasets.service import get_dataset
+from service.errors import InvalidRewardFunction
+from service.jobs.schemas import RewardFunctionCreate
+from service.reward_functions.schemas import (
+    FunctionTestResult,
+    RewardErrorOut,
+    RewardFunctionTest,
+    RewardFunctionTestResult,
+    Sample,
+)
+from service.reward_functions.scoring import score_once
+from workers.training.reward_dispatch import weighted_total
+
+# Pre-flight completions: an empty one (a real model produces those) and an ordinary one.
+PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")
+PREFLIGHT_ROWS = 4
+
+
+def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
+    from service.jobs.service import check_reward_functions
+
+    check_reward_functions(functions)  # static errors first: cheaper and clearer
+    return [
+        RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
+        for name, f in functions.items()
+    ]
+
+
+def _run(
+    functions: dict[str, RewardFunctionCreate], samples: list[Sample], *, allow_network: bool
+) -> dict[str, FunctionResult]:
+    try:
+        return score_once(
+            _specs(functions),
+            [s.prompt for s in samples],
+            [s.completion for s in samples],
+            [{"prompt": s.prompt, **s.example} for s in samples],
+            allow_network=allow_network,
+        )
+    except RewardCodeError as exc:
+        raise InvalidRewardFunction(str(exc)) from None
+
+
+def dataset_samples(
+    session: Session, tenant_id: str, dataset_id: str, completions: list[str], rows: int
+) -> list[Sample]:
+    get_dataset(session, tenant_id, dataset_id)
+    data = DatasetRepository(session).rows(dataset_id, limit=rows)
+    return [
+        Sample(prompt=data[i % len(data)]["prompt"], completion=c, example=data[i % len(data)])
+        for i, c in enumerate(completions)
+    ]
+
+
+def try_reward_functions(
+    session: Session, tenant_id: str, request: RewardFunctionTest
+) -> RewardFunctionTestResult:
+    if request.samples is not None:
+        samples = request.samples
+    else:
+        assert request.dataset_id is not None
+        completions = request.completions or [""] * request.rows
+        samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
+    results = _run(request.reward_functions, samples, allow_network=request.allow_network)
+    return _describe(request.reward_functions, samples, results)
+
+
+def _describe(
+    functions: dict[str, RewardFunctionCreate],
+    samples: list[Sample],
+    results: dict[str, FunctionResult],
+) -> RewardFunctionTestResult:
+    from service.jobs.service import check_reward_functions
+
+    forms = check_reward_functions(functions)
+    names = list(functions)
+    weights = [functions[name].weight for name in names]
+    totals = [
+        weighted_total([results[name].scores[i] for name in names], weights)
+        for i in range(len(samples))
+    ]
+    return RewardFunctionTestResult(
+        samples=samples,
+        totals=totals,
+        results={
+            name: FunctionTestResult(
+                form=forms[name].value,
+                scores=result.scores,
+                errors=[
+                    RewardErrorOut(
+                        kind=e.kind.value,
+                        message=e.message,
+                        traceback=e.traceback,
+                        sample_index=e.sample_index,
+                    )
+                    for e in result.errors
+                ],
+                error_rate=result.failed_samples / max(1, len(samples)),
+                logs=result.logs,
+                logs_truncated=result.logs_truncated,
+                duration_s=result.duration_s,
+            )
+            for name, result in results.items()
+        },
+    )
+
+
+def preflight(
+    rows: list[dict[str, Any]],
+    functions: dict[str, RewardFunctionCreate],
+    *,
+    allow_network: bool,
+) -> None:
+    """Reject (400, naming the function) functions that cannot run at all: they fail to load,
+    or fail on every pre-flight sample. Failing on some samples is the user's business: those
+    samples get no score in training, and the error is recorded."""
+    samples = [
+        Sample(prompt=row["prompt"], completion=completion, example=row)
+        for row in rows[:PREFLIGHT_ROWS]
+        for completion in PREFLIGHT_COMPLETIONS
+    ]
+    results = _run(functions, samples, allow_network=allow_network)
+    for name, result in results.items():
+        if result.errors and result.failed_samples == len(samples):
+            first = result.errors[0]
+            raise InvalidRewardFunction(
+                f"reward function {name!r} failed on every pre-flight sample "
+                f"({len(samples)} samples from the dataset): {first.kind.value}: {first.message}"
+            )

@@ -1,0 +1,46 @@
+"""Fixtures for the SDK tests: an ``rft.Client`` pointed at the session's real stack."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import rft
+from service.stack import LocalStack
+
+# Jobs that train: tiny, so the one test worker gets through them quickly.
+QUICK_HYPERPARAMETERS = {
+    "train_steps": 2,
+    "num_generations": 4,
+    "prompts_per_step": 2,
+    "max_completion_length": 8,
+}
+
+SHOUT_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: builds and installs packages (a minute or more)")
+
+
+@pytest.fixture
+def rft_client(stack: LocalStack, api_key: str) -> Iterator[rft.Client]:
+    with rft.Client(api_key=api_key, base_url=stack.base_url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+def dataset(rft_client: rft.Client) -> rft.Dataset:
+    rows = [{"prompt": f"Write about {topic}:", "topic": topic} for topic in "abcdefgh"]
+    return rft_client.datasets.upload(rows, name="sdk-test")
+
+
+@pytest.fixture
+def idle_job(rft_client: rft.Client, dataset: rft.Dataset) -> Iterator[rft.Job]:
+    """A job that must not occupy the single test worker: cancelled at once and at the end."""
+    job = rft_client.jobs.create(
+        dataset=dataset, reward_functions={"shout": SHOUT_SOURCE}, hyperparameters={"train_steps": 1}
+    )
+    rft_client.jobs.cancel(job.id)
+    yield rft_client.jobs.get(job.id)
