@@ -478,10 +478,12 @@ def _error(kind: str, error: BaseException, index: int | None) -> dict[str, Any]
 
 
 def _format_user_traceback(error: BaseException) -> str:
-    # Our own frame (the caller of the user's function) is noise to the user.
+    # Our own frames (the callers of the user's function) are noise to the user.
     trace = error.__traceback__
-    if trace is not None and trace.tb_next is not None:
+    while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
         trace = trace.tb_next
+    if trace is None:  # the error is in our own code: show all of it
+        trace = error.__traceback__
     text = "".join(traceback.format_exception(type(error), error, trace))
     if len(text) > MAX_TRACEBACK_CHARS:
         text = text[: MAX_TRACEBACK_CHARS // 2] + "\n...\n" + text[-MAX_TRACEBACK_CHARS // 2 :]

@@ -127,6 +127,7 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     # Directories bwrap creates are 0700 unless told otherwise, which locks the uid out.
     argv += ["--perms", "0755", "--dir", "/usr", "--perms", "0755", "--dir", "/opt"]
     argv += ["--perms", "0755", "--dir", "/opt/rft", "--perms", "0755", "--dir", "/etc"]
+    argv += ["--perms", "0755", "--dir", INSIDE_PACKAGES]
     for directory in ("/usr/lib", "/usr/lib64", "/usr/bin"):
         if os.path.isdir(directory):
             argv += ["--ro-bind", directory, directory]

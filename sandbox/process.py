@@ -85,7 +85,7 @@ class SandboxWorker:
 
     def start(self) -> None:
         """Start the child and wait for it to say it is ready; SandboxUnavailableError if not."""
-        self.kill()
+        self.shut_down()
         # bwrap reports setup failures on stderr; the child moves its own fd 2 away at startup.
         self._diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         self._inbox = bytearray()
@@ -250,6 +250,9 @@ class SandboxWorker:
             for pipe in (process.stdin, process.stdout):
                 if pipe is not None:
                     pipe.close()
+
+    def shut_down(self) -> None:
+        self.kill()
         if self._diagnostics is not None:
             self._diagnostics.close()
             self._diagnostics = None
@@ -292,7 +295,7 @@ def _read_namespace_init_pid(info_fd: int, deadline: float) -> int | None:
 
 def _kill_all(workers: list[SandboxWorker]) -> None:
     for worker in workers:
-        worker.kill()
+        worker.shut_down()
 
 
 class ProcessSandbox(RewardSandbox):

@@ -99,6 +99,8 @@ class SandboxSettings:
         if self.allow_network and self.isolation == "none":
             raise ValueError("allow_network only applies to isolation='bwrap'; drop it for 'none'")
         self.extra_python_paths = [Path(path).resolve() for path in self.extra_python_paths]
+        if self.python_prefix is not None:
+            self.python_prefix = Path(self.python_prefix)
         for path in self.extra_python_paths:
             if not path.is_dir():
                 raise ValueError(f"extra_python_paths: {path} is not a directory")

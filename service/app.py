@@ -8,12 +8,15 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from service.artifacts.endpoints import router as artifacts_router
 from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
 from service.errors import ServiceUnavailable, install_error_handlers
+from service.events.endpoints import router as events_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.reward_functions.endpoints import router as reward_functions_router
+from service.ui.endpoints import router as ui_router
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,9 @@ def create_app() -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(job_configs_router)
     app.include_router(reward_functions_router)
+    app.include_router(artifacts_router)
+    app.include_router(events_router)
+    app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, str]:

@@ -98,6 +98,7 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
         Index("ix_jobs_tenant_id_created_at", "tenant_id", "created_at"),
+        Index("ix_jobs_status_heartbeat_at", "status", "heartbeat_at"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -237,4 +238,16 @@ class JobEvent(Base):
     message: Mapped[str] = mapped_column(Text)
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Checkpoint(Base):
+    """A saved adapter plus trainer state (optimizer, scheduler, RNG, data position)."""
+
+    __tablename__ = "checkpoints"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

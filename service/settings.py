@@ -38,6 +38,22 @@ class Settings(BaseSettings):
     )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
     reward_memory_limit_mb: int = Field(1024, ge=64)
+    worker_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="A running job whose worker has not heartbeaten for this long is taken "
+        "over by another worker and resumed from its last checkpoint.",
+    )
+    queued_resend_after_s: float = Field(
+        120.0,
+        gt=0,
+        description="Re-send the queue message of a job queued this long (a Redis restart "
+        "without persistence loses messages; duplicates are harmless).",
+    )
+    max_request_bytes: int = Field(
+        10 * 1024 * 1024, description="Largest JSON request body (uploads have their own limit)."
+    )
+    log_format: Literal["text", "json"] = "text"
     bootstrap_api_key: SecretStr | None = Field(
         None, description="Create this API key for tenant 'default' at startup (development)."
     )

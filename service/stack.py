@@ -129,6 +129,31 @@ class LocalStack:
         self.workers.append(worker)
         return worker
 
+    # Fault injection (tests, chaos drills): the same servers the stack runs, broken on purpose.
+    def kill_worker(self, worker: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a worker and everything it started, as a lost machine would."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, 9)
+        worker.wait()
+        self.workers.remove(worker)
+
+    def stop_postgres(self) -> None:
+        if self._postgres is None:
+            raise RuntimeError("only an embedded Postgres can be stopped by the stack")
+        self._postgres.stop()
+
+    def start_postgres(self) -> None:
+        if self._postgres is None:
+            raise RuntimeError("only an embedded Postgres can be started by the stack")
+        self._postgres.start()
+
+    def restart_redis(self) -> None:
+        """Stop Redis and start it again on the same port, empty (no persistence)."""
+        if self._redis is None:
+            raise RuntimeError("only an embedded Redis can be restarted by the stack")
+        self._redis.stop()
+        self._redis.start()
+
     def wait_until_ready(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

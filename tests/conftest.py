@@ -46,12 +46,20 @@ def stack() -> Iterator[LocalStack]:
 
 
 def new_tenant_key(stack: LocalStack) -> str:
+    """A new tenant with one API key, created in ``stack``'s database."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
     from service.auth.service import KEY_PREFIX, ensure_api_key
-    from service.db import session_scope
+    from service.db import to_sqlalchemy_url
 
     key = KEY_PREFIX + uuid.uuid4().hex
-    with session_scope() as session:
-        ensure_api_key(session, f"tenant-{uuid.uuid4().hex[:12]}", key)
+    engine = create_engine(to_sqlalchemy_url(stack.database_url or ""))
+    try:
+        with Session(engine) as session, session.begin():
+            ensure_api_key(session, f"tenant-{uuid.uuid4().hex[:12]}", key)
+    finally:
+        engine.dispose()
     return key
 
 

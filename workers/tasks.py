@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutting_down
+
 from workers.celery_app import TRAIN_JOB_TASK, celery_app
+
+_reaper_threads: list[Any] = []
 
 
 @celery_app.task(name=TRAIN_JOB_TASK)
@@ -10,3 +16,23 @@ def train_job(job_id: str) -> None:
     from workers.training_job import run_training_job
 
     run_training_job(job_id)
+
+
+@worker_ready.connect
+def start_reaper(**_: Any) -> None:
+    from service.settings import get_settings
+    from workers.lease import LostWorkerReaper, ReaperThread
+
+    settings = get_settings()
+    reaper = LostWorkerReaper(
+        lease_s=settings.worker_lease_s, queued_resend_after_s=settings.queued_resend_after_s
+    )
+    thread = ReaperThread(reaper, interval_s=max(0.5, settings.worker_lease_s / 6))
+    thread.start()
+    _reaper_threads.append(thread)
+
+
+@worker_shutting_down.connect
+def stop_reaper(**_: Any) -> None:
+    for thread in _reaper_threads:
+        thread.stopped.set()

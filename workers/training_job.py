@@ -6,10 +6,11 @@ import logging
 import os
 import socket
 import traceback
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sqlalchemy.orm import Session
 
@@ -21,9 +22,11 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.repository import JobRepository
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
+from service.models import Checkpoint
 from service.reward_functions.scoring import sandbox_settings
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
+from workers.lease import JobHeartbeat
 from workers.recording import store_step, with_database_retries
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.records import RewardConfig, StepRecord
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+LEASE_LOST = "lease lost"
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def load_reward_config(session: Session, job_id: str, version: int) -> RewardConfig:
@@ -71,8 +75,13 @@ class DatabaseObserver:
         self.breaker.observe(record)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
         def write() -> None:
             with session_scope() as session:
+                session.merge(
+                    Checkpoint(job_id=self.job_id, step=step, path=str(path), size_bytes=size)
+                )
                 JobRepository(session).add_event(
                     self.job_id,
                     "checkpoint",
@@ -83,6 +92,19 @@ class DatabaseObserver:
 
         with_database_retries(write, what="recording a checkpoint")
 
+    def on_config_rejected(self, version: int, message: str) -> None:
+        def write() -> None:
+            with session_scope() as session:
+                JobRepository(session).add_event(
+                    self.job_id,
+                    "config_rejected",
+                    f"config v{version} could not be loaded by the worker; training goes on "
+                    f"with the config in force: {message}",
+                    data={"config_version": version},
+                )
+
+        with_database_retries(write, what="recording a rejected config")
+
     def should_stop(self) -> str | None:
         if self.breaker.tripped:
             return self.breaker.tripped
@@ -92,6 +114,9 @@ class DatabaseObserver:
                 job = JobRepository(session).get_any_tenant(self.job_id)
                 if job is None:
                     return "the job was deleted"
+                if job.worker_id != WORKER_ID:
+                    # Another worker took the job over (we were presumed dead): stop quietly.
+                    return LEASE_LOST
                 if job.status != JobStatus.RUNNING.value:
                     return job.status
                 return None
@@ -109,10 +134,15 @@ class DatabaseObserver:
         return with_database_retries(read, what="polling the reward config")
 
 
-def _start(job_id: str) -> bool:
-    """queued -> running under the row lock. False when the job should not run here."""
+def _start(job_id: str) -> Checkpoint | Literal[False] | None:
+    """queued -> running under the row lock, taking the lease.
+
+    Returns the checkpoint to resume from (None: start afresh), or False when the job should
+    not run here.
+    """
     with session_scope() as session:
-        job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+        repository = JobRepository(session)
+        job = repository.get_any_tenant(job_id, for_update=True)
         if job is None:
             logger.warning("job %s does not exist; dropping the message", job_id)
             return False
@@ -123,15 +153,46 @@ def _start(job_id: str) -> bool:
         transition(session, job, JobStatus.RUNNING)
         job.worker_id = WORKER_ID
         job.heartbeat_at = datetime.now(UTC)
-        return True
+        checkpoint = repository.latest_checkpoint(job_id)
+        if checkpoint is not None:
+            repository.add_event(
+                job_id,
+                "resumed",
+                f"resuming from the checkpoint at step {checkpoint.step} on {WORKER_ID}; "
+                f"steps after it are re-run and their records replaced",
+                step=checkpoint.step,
+                data={"checkpoint_step": checkpoint.step, "worker_id": WORKER_ID},
+            )
+        return checkpoint
+
+
+def _release(job_id: str) -> None:
+    """Give the lease back, so a paused job may be resumed elsewhere."""
+
+    def write() -> None:
+        with session_scope() as session:
+            job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+            if job is None or job.worker_id != WORKER_ID:
+                return
+            job.worker_id = None
+            if job.status == JobStatus.PAUSED.value:
+                JobRepository(session).add_event(
+                    job_id,
+                    "paused",
+                    f"paused after step {job.steps_completed}; the worker is free and the job "
+                    "resumes from this step's checkpoint",
+                    step=job.steps_completed,
+                )
+
+    with_database_retries(write, what=f"releasing job {job_id}")
 
 
 def _finish(job_id: str, target: JobStatus, *, reason: str | None, adapter: Path | None) -> None:
     def write() -> None:
         with session_scope() as session:
             job = JobRepository(session).get_any_tenant(job_id, for_update=True)
-            if job is None or job.status != JobStatus.RUNNING.value:
-                return  # cancelled (or otherwise ended) by someone else: their status stands
+            if job is None or job.status != JobStatus.RUNNING.value or job.worker_id != WORKER_ID:
+                return  # cancelled, paused or taken over by someone else: their status stands
             if adapter is not None:
                 job.adapter_path = str(adapter)
             transition(session, job, target, reason=reason)
@@ -146,7 +207,7 @@ class JobPlan:
     runtime_packages: list[str]
 
 
-def _plan(job_id: str, settings: Settings) -> JobPlan:
+def _plan(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> JobPlan:
     from workers.training.grpo import TrainingSpec
 
     with session_scope() as session:
@@ -159,6 +220,7 @@ def _plan(job_id: str, settings: Settings) -> JobPlan:
             hyperparameters=Hyperparameters.model_validate(job.hyperparameters),
             output_dir=settings.resolved_artifacts_dir / job_id,
             model_cache_dir=settings.resolved_model_cache_dir,
+            resume_from_checkpoint=_usable(resume_from),
         )
         return JobPlan(spec, job.allow_network, list(job.runtime_packages or []))
 
@@ -173,16 +235,34 @@ def _open_sandbox(plan: JobPlan, settings: Settings) -> ProcessSandbox:
     return ProcessSandbox(config)
 
 
+def _usable(checkpoint: Checkpoint | None) -> Path | None:
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint.path)
+    if not (path / "trainer_state.json").exists():
+        logger.warning("checkpoint %s is missing; starting from the base model", path)
+        return None
+    return path
+
+
 def run_training_job(job_id: str) -> None:
     """Train the job to its end, recording every step; the final status says how it ended."""
-    if not _start(job_id):
+    started = _start(job_id)
+    if started is False:
         return
     settings = get_settings()
+    with JobHeartbeat(job_id, WORKER_ID, interval_s=max(0.5, settings.worker_lease_s / 6)):
+        _train(job_id, settings, started)
+    _release(job_id)
+
+
+def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> str | None:
+    """Run the training and set the final status. Returns why it stopped early, if it did."""
     sandbox: RewardSandbox | None = None
     try:
         from workers.training.grpo import run_grpo
 
-        plan = _plan(job_id, settings)
+        plan = _plan(job_id, settings, resume_from)
         hyperparameters = plan.spec.hyperparameters
         observer = DatabaseObserver(
             job_id,
@@ -196,7 +276,7 @@ def run_training_job(job_id: str) -> None:
     except Exception as exc:
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
-        return
+        return None
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -204,7 +284,8 @@ def run_training_job(job_id: str) -> None:
         _finish(job_id, JobStatus.FAILED, reason=observer.breaker.tripped, adapter=None)
     elif outcome.stop_reason is None:
         _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=outcome.adapter_path)
-    # Otherwise someone else ended the job (cancel): their status stands.
+    # Otherwise someone else ended or paused the job: their status stands.
+    return outcome.stop_reason
 
 
 def describe_failure(exc: BaseException) -> str:

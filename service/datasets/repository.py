@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from service.bulk import copy_rows
@@ -30,13 +30,13 @@ class DatasetRepository:
             select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
         )
 
-    def list(self, tenant_id: str, *, limit: int, after: str | None) -> list[Dataset]:
+    def list_datasets(self, tenant_id: str, *, limit: int, after: str | None) -> list[Dataset]:
         statement = select(Dataset).where(Dataset.tenant_id == tenant_id)
         if after:
             anchor = self.get(tenant_id, after)
             if anchor is not None:
                 statement = statement.where(
-                    (Dataset.created_at, Dataset.id) < (anchor.created_at, anchor.id)
+                    tuple_(Dataset.created_at, Dataset.id) < tuple_(anchor.created_at, anchor.id)
                 )
         statement = statement.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit)
         return list(self.session.scalars(statement))

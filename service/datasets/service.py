@@ -49,7 +49,7 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
 def list_datasets(
     session: Session, tenant_id: str, *, limit: int, after: str | None
 ) -> list[Dataset]:
-    return DatasetRepository(session).list(tenant_id, limit=limit, after=after)
+    return DatasetRepository(session).list_datasets(tenant_id, limit=limit, after=after)
 
 
 def preview_rows(session: Session, dataset: Dataset) -> list[dict]:

@@ -8,20 +8,21 @@ from typing import Any
 
 import httpx
 
+from service.demo import DEMO_BASE_MODEL, demo_reward_functions
+
 DEMO_DIR = Path(__file__).resolve().parent
 BARS = " ▁▂▃▄▅▆▇█"
 
 
 def demo_job_request(dataset_id: str, *, train_steps: int = 20) -> dict[str, Any]:
-    source = (DEMO_DIR / "rewards.py").read_text()
     return {
         "name": "demo: write with the letter a",
         "dataset_id": dataset_id,
-        "base_model": "rft-tiny",
+        "base_model": DEMO_BASE_MODEL,
         # One module holds both functions; each entry runs the function of its own name.
         "reward_functions": {
-            "letter_fraction": {"source": source, "weight": 1.0},
-            "brevity": {"source": source, "weight": 0.1},
+            spec.name: {"source": spec.source, "weight": spec.weight}
+            for spec in demo_reward_functions()
         },
         "hyperparameters": {"train_steps": train_steps, "seed": 0},
     }

@@ -56,6 +56,18 @@ def cancel_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Jo
     return Job.model_validate(service.cancel_job(session, tenant_id, job_id))
 
 
+@router.post("/{job_id}/pause", response_model=Job)
+def pause_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
+    """Checkpoint at the next step boundary and free the worker."""
+    return Job.model_validate(service.pause_job(session, tenant_id, job_id))
+
+
+@router.post("/{job_id}/resume", response_model=Job)
+def resume_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
+    """Continue a paused job from its checkpoint, on any worker."""
+    return Job.model_validate(service.resume_job(session, tenant_id, job_id))
+
+
 @router.get("/{job_id}/steps", response_model=Page[Step])
 def list_steps(
     session: SessionDep,

@@ -3,10 +3,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from service.models import (
+    Checkpoint,
     Completion,
     Job,
     JobConfigVersion,
@@ -46,7 +47,7 @@ class JobRepository:
             select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key)
         )
 
-    def list(
+    def list_jobs(
         self, tenant_id: str, *, limit: int, after: str | None, status: str | None
     ) -> list[Job]:
         statement = select(Job).where(Job.tenant_id == tenant_id)
@@ -56,7 +57,7 @@ class JobRepository:
             anchor = self.get(tenant_id, after)
             if anchor is not None:
                 statement = statement.where(
-                    (Job.created_at, Job.id) < (anchor.created_at, anchor.id)
+                    tuple_(Job.created_at, Job.id) < tuple_(anchor.created_at, anchor.id)
                 )
         statement = statement.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
         return list(self.session.scalars(statement))
@@ -181,6 +182,24 @@ class JobRepository:
         if function is not None:
             statement = statement.where(RewardErrorRecord.function_name == function)
         return list(self.session.scalars(statement.order_by(RewardErrorRecord.id).limit(limit)))
+
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        return self.session.scalar(
+            select(Checkpoint)
+            .where(Checkpoint.job_id == job_id)
+            .order_by(Checkpoint.step.desc())
+            .limit(1)
+        )
+
+    def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
+        return list(
+            self.session.scalars(
+                select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)
+            )
+        )
+
+    def get_checkpoint(self, job_id: str, step: int) -> Checkpoint | None:
+        return self.session.get(Checkpoint, (job_id, step))
 
     def delete_records_from_step(self, job_id: str, first_step: int) -> None:
         """Remove what a lost worker recorded past its last checkpoint, before re-running it."""

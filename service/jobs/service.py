@@ -13,7 +13,7 @@ from sandbox.inspection import inspect_reward_source
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
-from service.errors import InvalidRewardFunction, NotFound
+from service.errors import Conflict, InvalidRewardFunction, NotFound
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import JobCreate, RewardFunctionCreate
 from service.jobs.status import JobStatus, ensure_transition
@@ -121,7 +121,7 @@ def get_job(session: Session, tenant_id: str, job_id: str, *, for_update: bool =
 def list_jobs(
     session: Session, tenant_id: str, *, limit: int, after: str | None, status: JobStatus | None
 ) -> list[Job]:
-    return JobRepository(session).list(
+    return JobRepository(session).list_jobs(
         tenant_id, limit=limit, after=after, status=status.value if status else None
     )
 
@@ -146,6 +146,26 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     """A queued job is cancelled at once; a running one stops at its next step boundary."""
     job = get_job(session, tenant_id, job_id, for_update=True)
     return transition(session, job, JobStatus.CANCELLED, reason="cancelled by the user")
+
+
+def pause_job(session: Session, tenant_id: str, job_id: str) -> Job:
+    """The worker checkpoints at its next step boundary, then frees itself for other jobs."""
+    job = get_job(session, tenant_id, job_id, for_update=True)
+    return transition(session, job, JobStatus.PAUSED, reason=None)
+
+
+def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
+    """Back to the queue; any worker continues from the pause checkpoint."""
+    job = get_job(session, tenant_id, job_id, for_update=True)
+    if job.status == JobStatus.PAUSED.value and job.worker_id is not None:
+        raise Conflict(
+            f"job {job.id} is still pausing: its worker is finishing the current step and "
+            "saving a checkpoint. Retry in a few seconds."
+        )
+    transition(session, job, JobStatus.QUEUED)
+    job_id = job.id
+    after_commit(session, lambda: enqueue_training(job_id))
+    return job
 
 
 def list_steps(

@@ -8,12 +8,12 @@ from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.process import ProcessSandbox
-from sandbox.settings import SandboxSettings
+from sandbox.settings import Isolation, SandboxSettings
 from service.settings import Settings, get_settings
 
 
 def sandbox_settings(settings: Settings, *, allow_network: bool) -> SandboxSettings:
-    isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
+    isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
     return SandboxSettings(
         isolation=isolation,
         # Without namespaces there is no network to withhold: the flag only means something

@@ -67,7 +67,7 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[ProcessSandbox]:
         isolation=request.param,
         call_timeout_s=CALL_TIMEOUT_S,
         kill_grace_s=0.3,
-        memory_limit_mb=256,
+        memory_limit_mb=128,
         log_limit_bytes=1000,
         env={"JOB_TOKEN": "job-token-value"},
     )
@@ -455,6 +455,12 @@ def test_settings_reject_invalid_combinations() -> None:
         SandboxSettings(call_timeout_s=0)
     with pytest.raises(ValueError, match="PATH"):
         SandboxSettings(env={"PATH": "/evil"})
+
+
+@pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable: {BWRAP.reason}")
+def test_a_sandbox_that_cannot_start_says_why(tmp_path: Path) -> None:
+    with pytest.raises(SandboxUnavailableError, match="its setup said: setpriv: failed to execute"):
+        ProcessSandbox(SandboxSettings(isolation="bwrap", python_prefix=tmp_path))
 
 
 def test_unusable_isolation_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

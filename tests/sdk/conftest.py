@@ -5,19 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 import rft
+
 from service.stack import LocalStack
-
-# Jobs that train: tiny, so the one test worker gets through them quickly.
-QUICK_HYPERPARAMETERS = {
-    "train_steps": 2,
-    "num_generations": 4,
-    "prompts_per_step": 2,
-    "max_completion_length": 8,
-}
-
-SHOUT_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
+from tests.sdk.job_inputs import SHOUT_SOURCE
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,8 +30,6 @@ def dataset(rft_client: rft.Client) -> rft.Dataset:
 @pytest.fixture
 def idle_job(rft_client: rft.Client, dataset: rft.Dataset) -> Iterator[rft.Job]:
     """A job that must not occupy the single test worker: cancelled at once and at the end."""
-    job = rft_client.jobs.create(
-        dataset=dataset, reward_functions={"shout": SHOUT_SOURCE}, hyperparameters={"train_steps": 1}
-    )
+    job = rft_client.jobs.create(dataset=dataset, reward_functions={"shout": SHOUT_SOURCE})
     rft_client.jobs.cancel(job.id)
     yield rft_client.jobs.get(job.id)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 import rft
 from rft.models import RewardFunctionMap
 

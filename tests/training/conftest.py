@@ -6,18 +6,13 @@ from typing import Any
 
 import pytest
 
-from sandbox.api import RewardFunctionSpec, RewardSandbox
-from sandbox.process import create_sandbox
-from sandbox.settings import SandboxSettings
-from service.demo import demo_dataset, demo_rewards_source
+from sandbox.api import RewardSandbox
+from service.demo import demo_dataset
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec
 from workers.training.records import RewardConfig
 
-
-def reward_sandbox() -> RewardSandbox:
-    """The real process sandbox, without namespaces: the tests need no bubblewrap or root."""
-    return create_sandbox(SandboxSettings(isolation="none"))
+from .harness import letter_config, reward_sandbox
 
 
 @pytest.fixture
@@ -37,15 +32,6 @@ def make_sandbox() -> Iterator[Callable[[], RewardSandbox]]:
 @pytest.fixture(scope="session")
 def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("models")
-
-
-def letter_config(version: int = 1, **changes: Any) -> RewardConfig:
-    source = demo_rewards_source()
-    return RewardConfig(
-        version=version,
-        functions=[RewardFunctionSpec("letter_fraction", source, weight=1.0, version=version)],
-        **changes,
-    )
 
 
 @pytest.fixture

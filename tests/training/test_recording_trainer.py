@@ -40,3 +40,19 @@ def test_set_sampling_retunes_generation_and_the_loss_log_probs(
     assert trainer.generation_config.top_p == pytest.approx(0.8)
     assert trainer.generation_kwargs["temperature"] == pytest.approx(0.5)
     assert trainer.generation_kwargs["top_p"] == pytest.approx(0.8)
+
+
+def test_prompts_keep_their_last_max_prompt_length_tokens(
+    make_spec: Callable[..., TrainingSpec], make_sandbox: Callable[[], RewardSandbox]
+) -> None:
+    spec = make_spec(train_steps=1, max_prompt_length=4)
+    trainer = build_trainer(spec, RewardDispatcher(make_sandbox(), spec.reward_config))
+    prompt = "Write a long story about a banana and a papaya:"
+    tokenizer: Any = trainer.processing_class
+    full = tokenizer(text=[prompt])["input_ids"][0]
+
+    prompt_ids, _, _ = trainer._tokenize_prompts([prompt, "Hi"])
+
+    assert len(full) > 4
+    assert prompt_ids[0] == list(full[-4:])
+    assert len(prompt_ids[1]) <= 4

@@ -16,7 +16,7 @@ from workers.training.reward_dispatch import (
     weighted_total,
 )
 
-from .conftest import reward_sandbox
+from .harness import reward_sandbox
 
 SOURCE = """
 def length(prompt, completion, example):

@@ -15,8 +15,7 @@ from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.records import RewardConfig
 
-from .conftest import letter_config, reward_sandbox
-from .observers import RecordingObserver
+from .harness import RecordingObserver, letter_config, reward_sandbox
 
 SpecFactory = Callable[..., TrainingSpec]
 SandboxFactory = Callable[[], RewardSandbox]
@@ -216,6 +215,28 @@ def test_config_update_applies_from_its_step_on(
                     0.5 * completion.scores["letter_fraction"]  # type: ignore[operator]
                     + completion.scores["brevity"]
                 )
+
+
+def test_a_config_the_worker_cannot_load_is_rejected_and_training_goes_on(
+    make_spec: SpecFactory, make_sandbox: SandboxFactory
+) -> None:
+    broken = RewardConfig(
+        version=2,
+        functions=[
+            RewardFunctionSpec(
+                "letter_fraction",
+                "import not_installed_here\ndef letter_fraction(p, c, e):\n    return 1.0\n",
+                version=2,
+            )
+        ],
+    )
+    observer = RecordingObserver(config_updates={3: broken})
+    outcome, _ = train(make_spec(train_steps=5), make_sandbox, observer)
+    assert outcome.steps_completed == 5
+    assert [r.config_version for r in observer.records] == [1, 1, 1, 1, 1]
+    assert len(observer.rejected_configs) == 1
+    version, message = observer.rejected_configs[0]
+    assert version == 2 and "not_installed_here" in message
 
 
 def test_unscorable_samples_get_no_total_and_zero_advantage(

@@ -70,7 +70,7 @@ class TrainingSpec:
 @dataclass
 class TrainingOutcome:
     steps_completed: int
-    stop_reason: str | None  # what should_stop() returned, or None when the run reached train_steps
+    stop_reason: str | None  # what should_stop() returned to end the run; None if nobody asked
     adapter_path: Path
 
 
@@ -79,8 +79,12 @@ def run_grpo(
 ) -> TrainingOutcome:
     """Train a LoRA adapter with GRPO, scoring in ``sandbox``, reporting each step to ``observer``.
 
-    Loads ``spec.reward_config`` into the sandbox first (RewardCodeError if it cannot load); the
-    caller owns the sandbox and closes it. Exceptions from TRL or the sandbox propagate.
+    Loads ``spec.reward_config`` into the sandbox first; the caller owns the sandbox and closes
+    it. A config that cannot load (RewardCodeError, at start or from poll_reward_config), and
+    any exception from TRL, the sandbox or the observer, ends the run by propagating.
+
+    On resume, the steps after the checkpoint are run (and reported) again, with the config
+    the caller passes in ``spec.reward_config``: give the one in force at the checkpoint.
     """
     dispatcher = RewardDispatcher(sandbox, spec.reward_config)
     dispatcher.load_initial()
@@ -173,6 +177,9 @@ def _grpo_config(
             "vllm_mode": "colocate",
             "vllm_gpu_memory_utilization": 0.3,
         }
+        if hp.max_prompt_length is not None:
+            # Otherwise vLLM sizes its KV cache for the model's full context window.
+            vllm_settings["vllm_max_model_length"] = hp.max_prompt_length + hp.max_completion_length
     return GRPOConfig(
         output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so

@@ -69,6 +69,10 @@ class TrainingObserver(Protocol):
         """A reason to stop after the current step (cancel, pause), or None to go on."""
         ...
 
+    def on_config_rejected(self, version: int, message: str) -> None:
+        """A newer config could not be loaded; training goes on with the one in force."""
+        ...
+
     def poll_reward_config(self, current_version: int) -> RewardConfig | None:
         """A newer reward config than ``current_version`` to apply from the next step, if any."""
         ...

@@ -13,6 +13,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from sandbox.api import RewardCodeError
 from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import (
     CompletionRecord,
@@ -60,6 +61,7 @@ class StepReporter(TrainerCallback):
         self._num_generations = num_generations
         self._step_started = time.perf_counter()
         self.stop_reason: str | None = None
+        self._rejected_versions: set[int] = set()
 
     def on_step_begin(
         self,
@@ -70,9 +72,22 @@ class StepReporter(TrainerCallback):
     ) -> None:
         self._step_started = time.perf_counter()
         update = self._observer.poll_reward_config(self._dispatcher.config.version)
-        if update is not None and update.version != self._dispatcher.config.version:
+        if (
+            update is None
+            or update.version == self._dispatcher.config.version
+            or update.version in self._rejected_versions
+        ):
+            return
+        try:
             self._dispatcher.apply_config(update)
-            self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
+        except RewardCodeError as exc:
+            # The API validated this code, but this worker cannot load it (e.g. a package the
+            # API has): hours of training are worth more than the update. Keep the config in
+            # force and say so; a later version is tried when it comes.
+            self._rejected_versions.add(update.version)
+            self._observer.on_config_rejected(update.version, str(exc))
+            return
+        self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
 
     def on_log(
         self,
@@ -94,7 +109,9 @@ class StepReporter(TrainerCallback):
         record = self._build_record(state.global_step, generation, logs)
         self._observer.on_step(record)
         reason = self._observer.should_stop()
-        if reason is not None and not control.should_training_stop:
+        if reason is not None:
+            # Kept even when this was the last step anyway: the caller must know the run was
+            # stopped (a cancel that raced the end must not be reported as success).
             self.stop_reason = reason
             control.should_training_stop = True
             # A paused run resumes from its last checkpoint: make that this step.

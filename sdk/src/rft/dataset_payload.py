@@ -16,7 +16,8 @@ from typing import Any, TypeAlias
 
 from rft.errors import RFTError
 
-DatasetSource: TypeAlias = "str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Any"
+# Any stands for a pandas DataFrame or a datasets.Dataset: typing them would import them.
+DatasetSource: TypeAlias = str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Any
 
 
 def _type_module(value: Any) -> str:

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
-from rft.cli.watch import step_table
+from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
 from rft.models import Completion, Job
@@ -177,12 +177,13 @@ def watch_job(
     client = client_for(context)
     steps = client.jobs.steps(job_id)
     job = client.jobs.get(job_id)
-    with Live(step_table(job, steps), console=console, auto_refresh=False) as live:
+    with Live(job_view(job, steps), console=console, auto_refresh=False) as live:
         while not job.status.is_terminal:
             time.sleep(interval)
             job = client.jobs.get(job_id)
             steps += client.jobs.steps(job_id, after_step=steps[-1].step if steps else 0)
-            live.update(step_table(job, steps), refresh=True)
+            live.update(job_view(job, steps), refresh=True)
+    console.print()  # Live leaves the cursor at the table's end when output is not a terminal.
     if job.status.value != "succeeded":
         raise typer.Exit(1)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from rft.cli.sparkline import sparkline
 from rft.models import Job, Step
@@ -16,13 +18,13 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def step_table(job: Job, steps: Sequence[Step]) -> Table:
+def job_view(job: Job, steps: Sequence[Step]) -> Group:
     recent = list(steps[-HISTORY_STEPS:])
     latest = recent[-1] if recent else None
     title = f"{job.id}  {job.status.value}  step {job.steps_completed}/{job.train_steps}"
     if job.failure_reason:
         title += f"  ({job.failure_reason})"
-    table = Table(title=title, title_justify="left")
+    table = Table()
     table.add_column("reward")
     table.add_column("weight", justify="right")
     table.add_column("mean", justify="right")
@@ -50,4 +52,4 @@ def step_table(job: Job, steps: Sequence[Step]) -> Table:
             _number(metrics.std if metrics else None),
             sparkline(history),
         )
-    return table
+    return Group(Text(title), table)

@@ -1,11 +1,30 @@
-"""A TrainingObserver that keeps everything in memory and follows a script of updates and stops."""
+"""What the training tests run with: the real sandbox, a reward config, a scripted observer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from sandbox.api import RewardFunctionSpec, RewardSandbox
+from sandbox.process import create_sandbox
+from sandbox.settings import SandboxSettings
+from service.demo import demo_rewards_source
 from workers.training.records import RewardConfig, StepRecord
+
+
+def reward_sandbox() -> RewardSandbox:
+    """The real process sandbox, without namespaces: the tests need no bubblewrap or root."""
+    return create_sandbox(SandboxSettings(isolation="none"))
+
+
+def letter_config(version: int = 1, **changes: Any) -> RewardConfig:
+    source = demo_rewards_source()
+    return RewardConfig(
+        version=version,
+        functions=[RewardFunctionSpec("letter_fraction", source, weight=1.0, version=version)],
+        **changes,
+    )
 
 
 @dataclass
@@ -21,12 +40,16 @@ class RecordingObserver:
     records: list[StepRecord] = field(default_factory=list)
     checkpoints: list[tuple[int, Path]] = field(default_factory=list)
     polled_versions: list[int] = field(default_factory=list)
+    rejected_configs: list[tuple[int, str]] = field(default_factory=list)
 
     def on_step(self, record: StepRecord) -> None:
         self.records.append(record)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         self.checkpoints.append((step, path))
+
+    def on_config_rejected(self, version: int, message: str) -> None:
+        self.rejected_configs.append((version, message))
 
     def should_stop(self) -> str | None:
         if self.stop_after is not None and len(self.records) >= self.stop_after:

@@ -1,0 +1,78 @@
+"""Checkpoints and adapters: listed from the database, packed as PEFT adapter archives.
+
+Workers write artifacts to RFT_ARTIFACTS_DIR, a volume the API shares (local disk by default).
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from service.artifacts.schemas import Checkpoint, CheckpointList
+from service.errors import NotFound
+from service.jobs.repository import JobRepository
+from service.jobs.service import get_job
+
+# A PEFT adapter is these files; optimizer, scheduler and RNG state stay on the server
+# (they are for resuming, not for serving).
+ADAPTER_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "README.md",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+
+
+def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> CheckpointList:
+    job = get_job(session, tenant_id, job_id)
+    return CheckpointList(
+        data=[
+            Checkpoint(
+                step=c.step,
+                size_bytes=c.size_bytes,
+                created_at=c.created_at,
+                download_path=f"/v1/jobs/{job.id}/checkpoints/{c.step}/adapter.tar.gz",
+            )
+            for c in JobRepository(session).list_checkpoints(job.id)
+        ],
+        final_adapter_path=f"/v1/jobs/{job.id}/adapter.tar.gz" if job.adapter_path else None,
+    )
+
+
+def checkpoint_directory(session: Session, tenant_id: str, job_id: str, step: int) -> Path:
+    job = get_job(session, tenant_id, job_id)
+    checkpoint = JobRepository(session).get_checkpoint(job.id, step)
+    if checkpoint is None:
+        raise NotFound(f"job {job.id} has no checkpoint at step {step}")
+    return _existing(Path(checkpoint.path))
+
+
+def final_adapter_directory(session: Session, tenant_id: str, job_id: str) -> Path:
+    job = get_job(session, tenant_id, job_id)
+    if not job.adapter_path:
+        raise NotFound(f"job {job.id} has no final adapter (status {job.status})")
+    return _existing(Path(job.adapter_path))
+
+
+def _existing(path: Path) -> Path:
+    if not path.is_dir():
+        raise NotFound(f"the artifact at {path.name} is no longer on disk")
+    return path
+
+
+def pack_adapter(directory: Path, archive_name: str) -> Path:
+    """A .tar.gz of the adapter files, in a temporary file the caller deletes."""
+    handle = tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False)  # noqa: SIM115
+    handle.close()
+    with tarfile.open(handle.name, "w:gz") as archive:
+        for name in ADAPTER_FILES:
+            if (directory / name).is_file():
+                archive.add(directory / name, arcname=f"{archive_name}/{name}")
+    return Path(handle.name)

@@ -1,0 +1,159 @@
+"""Follow a job by polling Postgres and turn what changed into Server-Sent Events.
+
+Each poll opens a short-lived session in a worker thread and closes it before sleeping, so a
+thousand idle dashboards hold no database connections. Polling (rather than LISTEN/NOTIFY)
+keeps the workers unchanged: they already commit every step, and the database stays the one
+source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from starlette.concurrency import run_in_threadpool
+
+from service.db import session_scope
+from service.events.schemas import HEARTBEAT, ServerSentEvent, StreamCursor
+from service.jobs.repository import JobRepository
+from service.jobs.schemas import Job, JobEvent, Step
+from service.jobs.service import get_job
+from service.jobs.status import JobStatus
+
+POLL_INTERVAL_S = 0.5
+HEARTBEAT_INTERVAL_S = 15.0
+PAGE_SIZE = 500
+# After a user cancels, the worker still records the step it was computing (it checks for
+# cancellation between steps). The stream waits for that step before it ends: twice the last
+# step's duration, at least MIN and at most MAX seconds.
+CANCEL_SETTLE_MIN_S = 3.0
+CANCEL_SETTLE_MAX_S = 300.0
+
+
+@dataclass
+class JobSnapshot:
+    """One poll's reads: the job row, then what was recorded after the cursor."""
+
+    job: Job
+    steps: list[Step]
+    events: list[JobEvent]
+    caught_up: bool
+
+
+def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnapshot:
+    """Blocking: call from a worker thread. Raises NotFound for another tenant's job."""
+    with session_scope() as session:
+        # The job is read first: every step and event it counts is then visible to the reads
+        # below, so a terminal job whose reads come back short has nothing left to send.
+        job = Job.model_validate(get_job(session, tenant_id, job_id))
+        repository = JobRepository(session)
+        steps = repository.list_steps(job_id, after_step=cursor.last_step, limit=PAGE_SIZE)
+        events = repository.list_events(job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE)
+        return JobSnapshot(
+            job=job,
+            steps=[Step.model_validate(step) for step in steps],
+            events=[JobEvent.model_validate(event) for event in events],
+            caught_up=len(steps) < PAGE_SIZE and len(events) < PAGE_SIZE,
+        )
+
+
+@dataclass
+class JobFollower:
+    """The per-connection state of one stream: cursor, what the client knows, when to stop."""
+
+    tenant_id: str
+    job_id: str
+    cursor: StreamCursor
+    last_job_state: tuple[object, ...] | None = None
+    last_step_duration_s: float = 0.0
+    last_step_at: datetime | None = None
+    ended: bool = field(default=False)
+
+    def messages(self, snapshot: JobSnapshot) -> list[ServerSentEvent]:
+        """The messages a snapshot adds, in the order things happened; advances the cursor."""
+        timeline: list[tuple[datetime, Step | JobEvent]] = [
+            *((step.created_at, step) for step in snapshot.steps),
+            *((event.created_at, event) for event in snapshot.events),
+        ]
+        # Stable sort: a step and the events it caused share a transaction and timestamp.
+        timeline.sort(key=lambda entry: entry[0])
+        messages: list[ServerSentEvent] = []
+        for _, record in timeline:
+            if isinstance(record, Step):
+                self.cursor = StreamCursor(record.step, self.cursor.last_event_id)
+                self.last_step_duration_s = record.duration_s
+                self.last_step_at = record.created_at
+                messages.append(ServerSentEvent("step", record.model_dump_json(), self.cursor))
+            else:
+                self.cursor = StreamCursor(self.cursor.last_step, record.id)
+                messages.append(ServerSentEvent(record.kind, record.model_dump_json(), self.cursor))
+
+        job = snapshot.job
+        state = (job.status, job.steps_completed, job.config_version, job.applied_config_version)
+        if state != self.last_job_state:
+            # Job state is a snapshot, not a log entry: it is sent on every (re)connect.
+            self.last_job_state = state
+            messages.append(ServerSentEvent("job", job.model_dump_json(), self.cursor))
+
+        if snapshot.caught_up and self._finished(job):
+            self.ended = True
+            end = {"status": job.status, "steps_completed": job.steps_completed}
+            messages.append(ServerSentEvent("end", json.dumps(end), self.cursor))
+        return messages
+
+    def _finished(self, job: Job) -> bool:
+        if not JobStatus(job.status).is_terminal:
+            return False
+        if job.status != JobStatus.CANCELLED.value or job.started_at is None:
+            # Succeeded and failed are written by the worker after its last step; a job
+            # cancelled before it started never records one.
+            return True
+        settle_s = min(CANCEL_SETTLE_MAX_S, max(CANCEL_SETTLE_MIN_S, 2 * self.last_step_duration_s))
+        quiet_since = max(
+            moment for moment in (job.finished_at, self.last_step_at) if moment is not None
+        )
+        return (datetime.now(UTC) - quiet_since).total_seconds() >= settle_s
+
+
+async def open_job_stream(
+    tenant_id: str,
+    job_id: str,
+    cursor: StreamCursor,
+    *,
+    poll_interval_s: float = POLL_INTERVAL_S,
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+) -> AsyncIterator[str]:
+    """Check access now (so a foreign job is a plain 404), then return the stream's body."""
+    follower = JobFollower(tenant_id, job_id, cursor)
+    first = await run_in_threadpool(read_snapshot, tenant_id, job_id, cursor)
+    return _follow(follower, first, poll_interval_s, heartbeat_interval_s)
+
+
+async def _follow(
+    follower: JobFollower,
+    snapshot: JobSnapshot,
+    poll_interval_s: float,
+    heartbeat_interval_s: float,
+) -> AsyncIterator[str]:
+    last_sent = time.monotonic()
+    while True:
+        messages = follower.messages(snapshot)
+        if messages:
+            yield "".join(message.encode() for message in messages)
+            last_sent = time.monotonic()
+        elif time.monotonic() - last_sent >= heartbeat_interval_s:
+            # A comment line: keeps proxies and load balancers from closing an idle stream.
+            yield HEARTBEAT
+            last_sent = time.monotonic()
+        if follower.ended:
+            return
+        if snapshot.caught_up:
+            await asyncio.sleep(poll_interval_s)
+        # else: a full page came back, so replay the rest at once.
+        snapshot = await run_in_threadpool(
+            read_snapshot, follower.tenant_id, follower.job_id, follower.cursor
+        )

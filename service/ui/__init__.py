@@ -1,0 +1,1 @@
+"""The browser dashboard: static files served at /ui; it calls only the tenant-scoped API."""

@@ -1,0 +1,170 @@
+"""Runs are never lost: worker death, Redis and Postgres outages, pause and resume.
+
+These tests break servers, so they run on a stack of their own, with a short worker lease.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import new_tenant_key
+from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 6
+# A little work per call keeps steps long enough to break things in the middle of a run.
+SLOW_REWARD = (
+    "import time\n"
+    "def slow(prompts, completions, **kwargs):\n"
+    "    time.sleep(0.15)\n"
+    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fault_stack() -> Iterator[LocalStack]:
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-faults-"))
+    with LocalStack(
+        state_dir,
+        workers=1,
+        extra_env={"RFT_WORKER_LEASE_S": str(LEASE_S), "RFT_QUEUED_RESEND_AFTER_S": "5"},
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+def fault_client(fault_stack: LocalStack) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=fault_stack.base_url,
+        headers={"Authorization": f"Bearer {new_tenant_key(fault_stack)}"},
+        timeout=60,
+    ) as http:
+        yield http
+
+
+def slow_job(
+    client: httpx.Client, *, train_steps: int, checkpoint_every: int = 5
+) -> dict[str, Any]:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
+    return create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"slow": {"source": SLOW_REWARD}},
+            "hyperparameters": {
+                "train_steps": train_steps,
+                "num_generations": 4,
+                "checkpoint_every": checkpoint_every,
+            },
+        },
+    )
+
+
+def assert_complete_record(client: httpx.Client, job: dict[str, Any], train_steps: int) -> None:
+    steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    completions = all_pages(client, f"/v1/jobs/{job['id']}/completions")
+    assert len(completions) == train_steps * 2 * 4
+    per_step: dict[int, int] = {}
+    for row in completions:
+        per_step[row["step"]] = per_step.get(row["step"], 0) + 1
+    assert set(per_step.values()) == {8}
+
+
+def test_killed_worker_is_replaced_and_the_job_resumes_from_its_checkpoint(
+    fault_stack: LocalStack, fault_client: httpx.Client
+) -> None:
+    train_steps = 24
+    job = slow_job(fault_client, train_steps=train_steps)
+    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 8)
+    fault_stack.kill_worker(fault_stack.workers[0])
+    killed_at = fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
+    assert killed_at < train_steps
+    fault_stack.start_worker()
+
+    job = wait_for(fault_client, job["id"], timeout_s=300)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert job["steps_completed"] == train_steps
+    assert_complete_record(fault_client, job, train_steps)
+    events = all_pages(fault_client, f"/v1/jobs/{job['id']}/events/history")
+    kinds = [e["kind"] for e in events]
+    assert "worker_lost" in kinds and "resumed" in kinds
+    resumed = next(e for e in events if e["kind"] == "resumed")
+    assert 5 <= resumed["data"]["checkpoint_step"] <= killed_at
+
+
+def test_redis_restart_mid_run(fault_stack: LocalStack, fault_client: httpx.Client) -> None:
+    job = slow_job(fault_client, train_steps=16)
+    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
+    fault_stack.restart_redis()
+    job = wait_for(fault_client, job["id"], timeout_s=300)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert_complete_record(fault_client, job, 16)
+    # The worker is still consuming after the restart.
+    follow_up = wait_for(fault_client, slow_job(fault_client, train_steps=2)["id"], timeout_s=300)
+    assert follow_up["status"] == "succeeded"
+
+
+def test_postgres_outage_mid_run(fault_stack: LocalStack, fault_client: httpx.Client) -> None:
+    job = slow_job(fault_client, train_steps=16)
+    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
+    fault_stack.stop_postgres()
+    time.sleep(4)
+    fault_stack.start_postgres()
+    job = wait_for(fault_client, job["id"], timeout_s=300)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert_complete_record(fault_client, job, 16)
+
+
+def test_pause_frees_the_worker_and_resume_continues(
+    fault_stack: LocalStack, fault_client: httpx.Client
+) -> None:
+    train_steps = 16
+    job = slow_job(fault_client, train_steps=train_steps, checkpoint_every=100)
+    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
+    paused = fault_client.post(f"/v1/jobs/{job['id']}/pause")
+    assert paused.status_code == 200 and paused.json()["status"] == "paused"
+    assert fault_client.post(f"/v1/jobs/{job['id']}/pause").status_code == 409
+
+    # The worker checkpoints the step it is on and lets go; meanwhile resume says "retry".
+    deadline = time.monotonic() + 60
+    while True:
+        events = all_pages(fault_client, f"/v1/jobs/{job['id']}/events/history")
+        if any(e["kind"] == "paused" for e in events):
+            break
+        assert time.monotonic() < deadline, events
+        response = fault_client.post(f"/v1/jobs/{job['id']}/resume")
+        if response.status_code == 200:
+            break
+        assert response.status_code == 409 and "still pausing" in response.json()["detail"]
+        time.sleep(0.2)
+    paused_at = fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
+    checkpoints = fault_client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    assert paused_at in [c["step"] for c in checkpoints]
+
+    # The freed worker takes other work while the job is paused.
+    other = wait_for(fault_client, slow_job(fault_client, train_steps=2)["id"], timeout_s=300)
+    assert other["status"] == "succeeded"
+    assert fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"] == paused_at
+
+    resumed = fault_client.post(f"/v1/jobs/{job['id']}/resume")
+    if resumed.status_code == 409:  # already resumed inside the loop above
+        assert fault_client.get(f"/v1/jobs/{job['id']}").json()["status"] != "paused"
+    job = wait_for(fault_client, job["id"], timeout_s=300)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert_complete_record(fault_client, job, train_steps)
+
+    archive = fault_client.get(f"/v1/jobs/{job['id']}/adapter.tar.gz")
+    assert archive.status_code == 200
+    assert archive.headers["content-type"] == "application/gzip" and len(archive.content) > 1000
+    step_archive = fault_client.get(checkpoints[0]["download_path"])
+    assert step_archive.status_code == 200

@@ -1,0 +1,11 @@
+"""Inputs shared by the SDK tests."""
+
+# Jobs that train: tiny, so the one test worker gets through them quickly.
+QUICK_HYPERPARAMETERS = {
+    "train_steps": 2,
+    "num_generations": 4,
+    "prompts_per_step": 2,
+    "max_completion_length": 8,
+}
+
+SHOUT_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"

@@ -1,0 +1,158 @@
+"""The ``rft`` command line, run in-process with Typer's CliRunner against the real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import rft
+import yaml
+from rft.cli.app import app
+from rft.cli.sparkline import sparkline
+from typer.testing import CliRunner
+
+from service.stack import LocalStack
+from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
+
+REWARD_FILE = """
+def vowels(prompt, completion, example):
+    print("vowels saw", len(completion))
+    return sum(ch in "aeiou" for ch in completion) / max(1, len(completion))
+"""
+
+
+@pytest.fixture
+def cli(stack: LocalStack, api_key: str) -> CliRunner:
+    # Wide output: Rich would otherwise fold ids and tables at 80 columns.
+    return CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"})
+
+
+def invoke(cli: CliRunner, *args: str, expect_exit: int = 0) -> str:
+    result = cli.invoke(app, list(args))
+    assert result.exit_code == expect_exit, (result.output, result.exception)
+    return result.output
+
+
+def write_job_files(directory: Path, **hyperparameters: int) -> Path:
+    (directory / "rows.jsonl").write_text(
+        "\n".join(json.dumps({"prompt": f"Write about {t}:"}) for t in "abcdef")
+    )
+    (directory / "rewards.py").write_text(REWARD_FILE)
+    spec = {
+        "name": "from yaml",
+        "dataset": "rows.jsonl",
+        "base_model": "rft-tiny",
+        "reward_functions": {
+            "vowels": {"source_file": "rewards.py", "weight": 1.0},
+            "short": {
+                "source": "def short(prompt, completion, example):\n    return 1.0\n",
+                "weight": 0.5,
+            },
+        },
+        "hyperparameters": {**QUICK_HYPERPARAMETERS, **hyperparameters},
+    }
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def only_job(client: rft.Client) -> rft.Job:
+    jobs = list(client.jobs.list())
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+def test_sparkline_scales_between_min_and_max() -> None:
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
+    assert sparkline([2.0, None, 2.0]) == "▅ ▅"
+    assert sparkline([]) == ""
+
+
+def test_datasets_upload_and_list(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    uploaded = invoke(cli, "datasets", "upload", str(path), "--name", "cli rows")
+    assert "2 rows" in uploaded
+    listed = invoke(cli, "datasets", "list")
+    assert "cli rows" in listed and uploaded.split()[1].rstrip(":") in listed
+
+
+def test_train_watch_and_inspect(cli: CliRunner, tmp_path: Path, rft_client: rft.Client) -> None:
+    created = invoke(cli, "jobs", "create", "-f", str(write_job_files(tmp_path)))
+    job = only_job(rft_client)
+    assert job.id in created and job.name == "from yaml"
+
+    watched = invoke(cli, "jobs", "watch", job.id, "--interval", "0.3")
+    assert "succeeded" in watched and "step 2/2" in watched
+    assert "total" in watched and "vowels" in watched and "short" in watched
+    assert any(bar in watched for bar in "▁▂▃▄▅▆▇█")
+
+    assert job.id in invoke(cli, "jobs", "list")
+    assert json.loads(invoke(cli, "jobs", "get", job.id))["status"] == "succeeded"
+
+    shown = invoke(cli, "completions", "show", job.id, "--step", "2", "--count", "2")
+    assert "best of step 2" in shown and "worst of step 2" in shown
+
+    logs = invoke(cli, "logs", job.id, "--step", "1", "--function", "vowels")
+    assert "step 1 · vowels v1" in logs and "vowels saw" in logs
+
+    # The job has ended: a config update is a conflict, reported as one line, exit 1.
+    config_file = tmp_path / "config.yaml"
+    invoke(cli, "config", "get", job.id, "-o", str(config_file))
+    result = cli.invoke(app, ["config", "update", job.id, "-f", str(config_file)])
+    assert result.exit_code == 1 and "409" in result.output
+
+
+def test_config_round_trip_on_a_running_job(
+    cli: CliRunner, tmp_path: Path, rft_client: rft.Client
+) -> None:
+    invoke(cli, "jobs", "create", "-f", str(write_job_files(tmp_path, train_steps=400)))
+    job = only_job(rft_client)
+    try:
+        rft_client.jobs.wait(job.id, until_step=1, timeout=300, poll_interval=0.3)
+        printed = invoke(cli, "config", "get", job.id)
+        assert "def vowels" in printed and "version: 1" in printed
+
+        config_file = tmp_path / "config.yaml"
+        invoke(cli, "config", "get", job.id, "-o", str(config_file))
+        config = yaml.safe_load(config_file.read_text())
+        config["reward_functions"]["short"]["weight"] = 2.0
+        config_file.write_text(yaml.safe_dump(config))
+
+        assert '"dry_run": true' in invoke(
+            cli, "config", "update", job.id, "-f", str(config_file), "--dry-run"
+        )
+        assert "config version 2" in invoke(cli, "config", "update", job.id, "-f", str(config_file))
+        assert rft_client.jobs.get_config(job.id).reward_functions["short"].weight == 2.0
+
+        # The file still says version 1: refused unless forced.
+        stale = cli.invoke(app, ["config", "update", job.id, "-f", str(config_file)])
+        assert stale.exit_code == 1 and "412" in stale.output
+        invoke(cli, "config", "update", job.id, "-f", str(config_file), "--force")
+    finally:
+        assert "cancelled" in invoke(cli, "jobs", "cancel", job.id)
+
+
+def test_errors_are_one_line_with_the_server_detail(cli: CliRunner) -> None:
+    result = cli.invoke(app, ["jobs", "get", "job_nope"])
+    assert result.exit_code == 1
+    assert "404 NotFound" in result.output and "job_nope" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_global_options_override_the_environment(stack: LocalStack, api_key: str) -> None:
+    runner = CliRunner(env={"RFT_API_KEY": "rft_wrong", "COLUMNS": "200"})
+    denied = runner.invoke(app, ["--base-url", stack.base_url, "jobs", "list"])
+    assert denied.exit_code == 1 and "401" in denied.output
+    allowed = runner.invoke(
+        app, ["--api-key", api_key, "--base-url", stack.base_url, "jobs", "list"]
+    )
+    assert allowed.exit_code == 0, allowed.output
+
+
+def test_bad_job_file_is_explained(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"reward_functions": {"f": {"source": "x"}}}))
+    result = cli.invoke(app, ["jobs", "create", "-f", str(path)])
+    assert result.exit_code == 1 and "dataset_id or dataset" in result.output
