@@ -16,12 +16,13 @@ fi
 . .venv/bin/activate
 
 stamp=.venv/.rft-installed
-wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+wanted="$(cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   python -m pip install -q --upgrade pip wheel
   # The CPU build first: an unpinned torch would pull several GB of CUDA packages.
   python -m pip install -q "torch==2.13.0"
   python -m pip install -q -e ".[api,worker,embedded,dev]"
+  python -m pip install -q -e "./sdk[cli]"
   echo "$wanted" > "$stamp"
 fi
 

@@ -15,7 +15,9 @@ from service.errors import ServiceUnavailable, install_error_handlers
 from service.events.endpoints import router as events_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
+from service.observability import install_observability
 from service.reward_functions.endpoints import router as reward_functions_router
+from service.settings import get_settings
 from service.ui.endpoints import router as ui_router
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,7 @@ def create_app() -> FastAPI:
         description="Reinforcement fine-tuning (GRPO + LoRA) with live reward updates.",
     )
     install_error_handlers(app)
+    install_observability(app, get_settings())
     app.include_router(datasets_router)
     app.include_router(jobs_router)
     app.include_router(job_configs_router)

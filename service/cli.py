@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 
+from service.observability import configure_logging
 from service.settings import get_settings
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     revoke_key.add_argument("key_id")
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(get_settings().log_format)
     return int(COMMANDS[args.command](args) or 0)
 
 

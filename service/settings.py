@@ -54,6 +54,9 @@ class Settings(BaseSettings):
         10 * 1024 * 1024, description="Largest JSON request body (uploads have their own limit)."
     )
     log_format: Literal["text", "json"] = "text"
+    worker_metrics_port: int | None = Field(
+        None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
+    )
     bootstrap_api_key: SecretStr | None = Field(
         None, description="Create this API key for tenant 'default' at startup (development)."
     )

@@ -22,8 +22,10 @@ def train_job(job_id: str) -> None:
 def start_reaper(**_: Any) -> None:
     from service.settings import get_settings
     from workers.lease import LostWorkerReaper, ReaperThread
+    from workers.metrics import serve_metrics
 
     settings = get_settings()
+    serve_metrics(settings.worker_metrics_port)
     reaper = LostWorkerReaper(
         lease_s=settings.worker_lease_s, queued_resend_after_s=settings.queued_resend_after_s
     )

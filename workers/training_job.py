@@ -27,7 +27,8 @@ from service.reward_functions.scoring import sandbox_settings
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.lease import JobHeartbeat
-from workers.recording import store_step, with_database_retries
+from workers.metrics import observe_step
+from workers.recording import BackgroundWriter, store_step, with_database_retries
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.records import RewardConfig, StepRecord
 
@@ -69,9 +70,18 @@ class DatabaseObserver:
     def __init__(self, job_id: str, breaker: RewardCircuitBreaker) -> None:
         self.job_id = job_id
         self.breaker = breaker
+        # Steps and checkpoints are stored off the training thread, in order; close() waits
+        # for them, so the job's final status is set only once all its rows are stored.
+        self.writer = BackgroundWriter(job_id)
+
+    def close(self, *, raise_failure: bool = True) -> None:
+        """Store everything still queued; raise if a record could not be stored."""
+        self.writer.close(raise_failure=raise_failure)
 
     def on_step(self, record: StepRecord) -> None:
-        store_step(self.job_id, record)
+        # Blocks only while the writer is several steps behind; raises if a write failed.
+        self.writer.submit(lambda: store_step(self.job_id, record))
+        observe_step(record)
         self.breaker.observe(record)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
@@ -90,7 +100,9 @@ class DatabaseObserver:
                     data={"path": str(path)},
                 )
 
-        with_database_retries(write, what="recording a checkpoint")
+        # Through the writer: the checkpoint row must not be stored before the step records
+        # it covers (a resume re-runs only the steps after it).
+        self.writer.submit(lambda: with_database_retries(write, what="recording a checkpoint"))
 
     def on_config_rejected(self, version: int, message: str) -> None:
         def write() -> None:
@@ -271,8 +283,14 @@ def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> s
                 patience=hyperparameters.reward_error_patience,
             ),
         )
-        sandbox = _open_sandbox(plan, settings)
-        outcome = run_grpo(plan.spec, sandbox, observer)
+        try:
+            sandbox = _open_sandbox(plan, settings)
+            outcome = run_grpo(plan.spec, sandbox, observer)
+        except BaseException:
+            # The run's own error is the one to report; what was queued is still stored.
+            observer.close(raise_failure=False)
+            raise
+        observer.close()
     except Exception as exc:
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
@@ -71,7 +71,7 @@ class JobFollower:
     last_job_state: tuple[object, ...] | None = None
     last_step_duration_s: float = 0.0
     last_step_at: datetime | None = None
-    ended: bool = field(default=False)
+    ended: bool = False
 
     def messages(self, snapshot: JobSnapshot) -> list[ServerSentEvent]:
         """The messages a snapshot adds, in the order things happened; advances the cursor."""

@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import rft
 
+import rft
 from service.stack import LocalStack
 from tests.sdk.job_inputs import SHOUT_SOURCE
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: builds and installs packages (a minute or more)")
 
 
 @pytest.fixture

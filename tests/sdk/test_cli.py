@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import rft
 import yaml
-from rft.cli.app import app
-from rft.cli.sparkline import sparkline
 from typer.testing import CliRunner
 
+import rft
+from rft.cli.app import app
+from rft.cli.sparkline import sparkline
 from service.stack import LocalStack
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 import rft
 
 ROWS = [{"prompt": f"Write about {topic}:", "topic": topic} for topic in ["cats", "rain", "tea"]]

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-import rft
 
+import rft
 from service.stack import LocalStack
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, SHOUT_SOURCE
 

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-import rft
 
+import rft
 from service.stack import LocalStack
 from tests.sdk.fault_proxy import Fault, FaultPlan, fault_proxy
 from tests.sdk.job_inputs import SHOUT_SOURCE

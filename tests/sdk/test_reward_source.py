@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 import rft
 from rft.models import RewardFunctionMap
 

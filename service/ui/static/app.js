@@ -332,7 +332,8 @@ class JobPage {
     }, label)));
     this.panelHost = el("div", { class: "panel-host" });
     this.element = el("section", null,
-      el("a", { class: "back", href: "#/" }, "← All jobs"),
+      el("div", { class: "page-top" }, el("a", { href: "#/" }, "← All jobs"),
+        el("span", { class: "muted small" }, "updates: ", this.streamState)),
       el("div", { class: "card" }, this.header, this.tabBar), this.panelHost);
   }
 
@@ -348,7 +349,7 @@ class JobPage {
   leave() { this.abort.abort(); }
 
   setStreamState(state) {
-    const labels = { live: "live", ended: "final", connecting: "connecting",
+    const labels = { live: "live", ended: "complete", connecting: "connecting",
       reconnecting: "reconnecting…", unavailable: "not found" };
     this.streamState.dataset.stream = state;
     this.streamState.textContent = labels[state] || state;
@@ -401,7 +402,6 @@ class JobPage {
         (job.applied_config_version ? ` (v${job.applied_config_version} applied)` : "")],
       ["Model", el("span", { class: "mono" }, job.base_model)],
       ["Created", formatTime(job.created_at)],
-      ["Stream", this.streamState],
     ];
     this.header.replaceChildren(
       el("h1", null, job.name || job.id),
@@ -696,7 +696,13 @@ class CompletionsPanel {
     const step = Number(this.stepInput.value);
     if (!(step >= 1)) return;
     this.status.textContent = `Loading step ${step}…`;
-    const { rows } = await allPages(jobPath(this.page.jobId, "/completions"), { step });
+    let rows;
+    try {
+      ({ rows } = await allPages(jobPath(this.page.jobId, "/completions"), { step }));
+    } catch (failure) {
+      this.status.textContent = `Could not load step ${step}: ${failure.message}`;
+      return;
+    }
     this.stepRows = rows;
     this.shownStep = step;
     this.status.textContent = `${rows.length} completions at step ${step}`;
@@ -724,8 +730,14 @@ class CompletionsPanel {
 
   async loadPrompts() {
     this.status.textContent = "Loading completions…";
-    const { rows, complete } = await allPages(jobPath(this.page.jobId, "/completions"), {},
-      { maxPages: 20, onPage: (n) => { this.status.textContent = `Loading completions… ${n}`; } });
+    let rows, complete;
+    try {
+      ({ rows, complete } = await allPages(jobPath(this.page.jobId, "/completions"), {},
+        { maxPages: 20, onPage: (n) => { this.status.textContent = `Loading completions… ${n}`; } }));
+    } catch (failure) {
+      this.status.textContent = `Could not load completions: ${failure.message}`;
+      return;
+    }
     this.allRows = rows;
     this.byPrompt = new Map();
     for (const c of rows) {
@@ -902,7 +914,9 @@ class ErrorsPanel extends FilteredList {
 // functions are short, so the quadratic table is fine; past a size limit it falls back to
 // "all removed, all added" rather than freezing the tab.
 function diffLines(before, after) {
-  const a = before.split("\n"), b = after.split("\n");
+  // A final newline ends the last line; it is not an empty line of its own.
+  const lines = (text) => (text === "" ? [] : text.replace(/\n$/, "").split("\n"));
+  const a = lines(before), b = lines(after);
   let start = 0;
   while (start < a.length && start < b.length && a[start] === b[start]) start += 1;
   let endA = a.length, endB = b.length;
@@ -923,8 +937,9 @@ function diffLines(before, after) {
     let i = 0, j = 0;
     while (i < n || j < m) {
       if (i < n && j < m && midA[i] === midB[j]) { ops.push([" ", midA[i]]); i += 1; j += 1; }
-      else if (j < m && (i === n || table[i][j + 1] >= table[i + 1][j])) { ops.push(["+", midB[j]]); j += 1; }
-      else { ops.push(["-", midA[i]]); i += 1; }
+      // Removals before additions, as in a unified diff.
+      else if (i < n && (j === m || table[i + 1][j] >= table[i][j + 1])) { ops.push(["-", midA[i]]); i += 1; }
+      else { ops.push(["+", midB[j]]); j += 1; }
     }
   }
   ops.push(...a.slice(endA).map((line) => [" ", line]));
@@ -959,7 +974,12 @@ class ConfigPanel {
   }
 
   async load() {
-    this.versions = await api(jobPath(this.page.jobId, "/config/versions"));
+    try {
+      this.versions = await api(jobPath(this.page.jobId, "/config/versions"));
+    } catch (failure) {
+      this.diff.replaceChildren(el("p", { class: "error" }, failure.message));
+      return;
+    }
     this.history.replaceChildren(...this.versions.map((v) => el("tr", null,
       el("td", null, `v${v.version}`), el("td", { class: "small" }, formatTime(v.created_at)),
       el("td", null, v.applied_at_step ?? "not yet"),
