@@ -15,14 +15,19 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 
+# Some machines' pip configs name extra indexes that do not exist; pip warns for every package.
+pip_install() {
+  python -m pip install -q "$@" 2>&1 | { grep -v "neither a file nor a directory" || true; }
+}
+
 stamp=.venv/.rft-installed
 wanted="$(cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  python -m pip install -q --upgrade pip wheel
+  pip_install --upgrade pip wheel
   # The CPU build first: an unpinned torch would pull several GB of CUDA packages.
-  python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[api,worker,embedded,dev]"
-  python -m pip install -q -e "./sdk[cli]"
+  pip_install "torch==2.13.0"
+  pip_install -e ".[api,worker,embedded,dev]"
+  pip_install -e "./sdk[cli]"
   echo "$wanted" > "$stamp"
 fi
 

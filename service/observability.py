@@ -59,6 +59,9 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # One line per HTTP request from our own clients (the demo follower) drowns the output.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 
 class JobCollector(Collector):

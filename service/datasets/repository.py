@@ -50,3 +50,15 @@ class DatasetRepository:
         if limit is not None:
             statement = statement.limit(limit)
         return list(self.session.scalars(statement))
+
+    def rows_at(self, dataset_id: str, indices: set[int]) -> dict[int, dict[str, Any]]:
+        if not indices:
+            return {}
+        return {
+            index: data
+            for index, data in self.session.execute(
+                select(DatasetRow.row_index, DatasetRow.data).where(
+                    DatasetRow.dataset_id == dataset_id, DatasetRow.row_index.in_(indices)
+                )
+            ).tuples()
+        }

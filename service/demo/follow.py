@@ -87,5 +87,9 @@ def run_demo(base_url: str, api_key: str, *, train_steps: int = 20) -> bool:
         print(
             f"mean reward, first 5 steps: {sum(first) / 5:.3f}; last 5 steps: {sum(last) / 5:.3f}"
         )
-    print("reward curve: " + "".join(_bar(r) for r in rewards))
+    finite = [r for r in rewards if r == r]
+    if finite:
+        low, high = min(finite), max(finite)
+        curve = "".join(_bar(r, low, high if high > low else low + 1) for r in rewards)
+        print(f"reward curve ({low:.3f} .. {high:.3f}): {curve}")
     return bool(job["status"] == "succeeded")

@@ -21,11 +21,11 @@ from service.job_configs.schemas import (
     RewardFunctionConfig,
 )
 from service.jobs.repository import JobRepository
-from service.jobs.service import check_reward_functions, get_job
+from service.jobs.service import get_job
 from service.jobs.status import JobStatus
 from service.models import Job, JobConfigVersion, RewardFunctionVersion
 from service.reward_functions.scoring import score_once
-from service.reward_functions.service import PREFLIGHT_ROWS, preflight
+from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
 from workers.training.reward_dispatch import weighted_total
 
 
@@ -186,7 +186,9 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
     )
     if not completions:
         return DryRunResult(step=None, completions=[], advantage_sign_changes=0, errors={})
-    rows = {index: row for index, row in enumerate(DatasetRepository(session).rows(job.dataset_id))}
+    rows = DatasetRepository(session).rows_at(
+        job.dataset_id, {c.dataset_index for c in completions if c.dataset_index is not None}
+    )
     specs = [
         RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
         for name, f in update.reward_functions.items()
@@ -197,9 +199,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
             [c.prompt for c in completions],
             [c.completion for c in completions],
             [
-                rows.get(c.dataset_index, {"prompt": c.prompt})
-                if c.dataset_index is not None
-                else {"prompt": c.prompt}
+                rows.get(-1 if c.dataset_index is None else c.dataset_index, {"prompt": c.prompt})
                 for c in completions
             ],
             allow_network=job.allow_network,

@@ -8,14 +8,12 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sandbox.api import RewardCodeError, RewardForm
-from sandbox.inspection import inspect_reward_source
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
-from service.errors import Conflict, InvalidRewardFunction, NotFound
+from service.errors import Conflict, NotFound
 from service.jobs.repository import JobRepository
-from service.jobs.schemas import JobCreate, RewardFunctionCreate
+from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus, ensure_transition
 from service.models import (
     Completion,
@@ -28,19 +26,12 @@ from service.models import (
     Step,
     new_id,
 )
-from service.reward_functions.service import PREFLIGHT_ROWS, preflight
+from service.reward_functions.service import (
+    PREFLIGHT_ROWS,
+    check_reward_functions,
+    preflight,
+)
 from workers.queue import enqueue_training
-
-
-def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
-    """Static check of every function (no user code runs here). 400 names the function."""
-    forms: dict[str, RewardForm] = {}
-    for name, function in functions.items():
-        try:
-            forms[name] = inspect_reward_source(name, function.source)
-        except RewardCodeError as exc:
-            raise InvalidRewardFunction(str(exc)) from None
-    return forms
 
 
 def create_job(

@@ -6,7 +6,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
+from sandbox.api import FunctionResult, RewardCodeError, RewardForm, RewardFunctionSpec
+from sandbox.inspection import inspect_reward_source
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.errors import InvalidRewardFunction
@@ -26,9 +27,18 @@ PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")
 PREFLIGHT_ROWS = 4
 
 
-def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
-    from service.jobs.service import check_reward_functions
+def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
+    """Static check of every function (no user code runs here). 400 names the function."""
+    forms: dict[str, RewardForm] = {}
+    for name, function in functions.items():
+        try:
+            forms[name] = inspect_reward_source(name, function.source)
+        except RewardCodeError as exc:
+            raise InvalidRewardFunction(str(exc)) from None
+    return forms
 
+
+def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
     check_reward_functions(functions)  # static errors first: cheaper and clearer
     return [
         RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
@@ -80,8 +90,6 @@ def _describe(
     samples: list[Sample],
     results: dict[str, FunctionResult],
 ) -> RewardFunctionTestResult:
-    from service.jobs.service import check_reward_functions
-
     forms = check_reward_functions(functions)
     names = list(functions)
     weights = [functions[name].weight for name in names]

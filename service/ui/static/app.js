@@ -37,6 +37,12 @@ function setAttributes(node, attrs) {
   return node;
 }
 
+// Like node.replaceChildren(), which would turn a null child into the text "null".
+function setChildren(node, ...children) {
+  node.replaceChildren();
+  return appendChildren(node, children);
+}
+
 function el(tag, attrs, ...children) {
   return appendChildren(setAttributes(document.createElement(tag), attrs), children);
 }
@@ -211,7 +217,7 @@ function route() {
 function switchView(view) {
   if (currentView && currentView.leave) currentView.leave();
   currentView = view;
-  root.replaceChildren(view.element);
+  setChildren(root, view.element);
   view.start();
 }
 
@@ -240,7 +246,7 @@ function renderSignIn(message) {
     localStorage.setItem(KEY_STORAGE, key);
     route();
   });
-  root.replaceChildren(form);
+  setChildren(root, form);
   input.focus();
 }
 
@@ -281,7 +287,7 @@ class JobList {
       return;
     }
     const rows = page.data.map((job) => this.row(job));
-    if (append) this.body.append(...rows); else this.body.replaceChildren(...rows);
+    if (append) this.body.append(...rows); else setChildren(this.body, ...rows);
     this.nextCursor = page.next_cursor;
     this.more.hidden = !page.has_more;
     this.message.textContent = this.body.children.length ? "" :
@@ -354,7 +360,7 @@ class JobPage {
     this.streamState.dataset.stream = state;
     this.streamState.textContent = labels[state] || state;
     if (state === "unavailable" && !this.job) {
-      this.header.replaceChildren(el("p", { class: "error" },
+      setChildren(this.header, el("p", { class: "error" },
         "This job does not exist, or belongs to another tenant."));
     }
   }
@@ -382,7 +388,7 @@ class JobPage {
         errors: ErrorsPanel, config: ConfigPanel }[tab];
       this.panels[tab] = new Panel(this);
     }
-    this.panelHost.replaceChildren(this.panels[tab].element);
+    setChildren(this.panelHost, this.panels[tab].element);
     if (this.panels[tab].update) this.panels[tab].update();
   }
 
@@ -403,7 +409,7 @@ class JobPage {
       ["Model", el("span", { class: "mono" }, job.base_model)],
       ["Created", formatTime(job.created_at)],
     ];
-    this.header.replaceChildren(
+    setChildren(this.header, 
       el("h1", null, job.name || job.id),
       job.name ? el("div", { class: "muted small mono" }, job.id) : null,
       el("dl", { class: "facts" }, facts.map(([term, value]) =>
@@ -430,7 +436,7 @@ function niceTicks(low, high, count = 5) {
 // markers: [{x, label}]. The SVG carries data-points (plotted points), for tests and tooling.
 function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange }) {
   const width = 760, height = 240;
-  const margin = { top: 14, right: 16, bottom: 30, left: 56 };
+  const margin = { top: 14, right: 16, bottom: 42, left: 56 };
   const plotWidth = width - margin.left - margin.right;
   const plotHeight = height - margin.top - margin.bottom;
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
@@ -466,10 +472,11 @@ function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange }
       svgEl("text", { x: margin.left - 8, y: sy(tick) + 4, "text-anchor": "end" }, formatNumber(tick, 2)));
   }
   for (const tick of niceTicks(xMin, xMax, 8).filter((t) => Number.isInteger(t))) {
-    grid.append(svgEl("text", { x: sx(tick), y: height - 10, "text-anchor": "middle" }, tick));
+    grid.append(svgEl("text", { x: sx(tick), y: margin.top + plotHeight + 18,
+      "text-anchor": "middle" }, tick));
   }
-  grid.append(svgEl("text", { x: width - margin.right, y: height - 10, "text-anchor": "end",
-    class: "axis-label" }, "step"));
+  grid.append(svgEl("text", { x: margin.left + plotWidth / 2, y: height - 4,
+    "text-anchor": "middle", class: "axis-label" }, "step"));
   if (yLabel) {
     grid.append(svgEl("text", { x: 12, y: margin.top + plotHeight / 2, class: "axis-label",
       transform: `rotate(-90 12 ${margin.top + plotHeight / 2})`, "text-anchor": "middle" }, yLabel));
@@ -525,7 +532,7 @@ function attachHover(figure, svg, { series, band, sx, xMin, xMax, margin, plotWi
     cursor.setAttribute("x2", sx(step));
     cursor.setAttribute("visibility", "visible");
     const bandPoint = band && band.points.find((p) => p.x === step);
-    tip.replaceChildren(el("strong", null, `step ${step}`), ...rows.map(([s, p]) =>
+    setChildren(tip, el("strong", null, `step ${step}`), ...rows.map(([s, p]) =>
       el("div", null, el("span", { class: "swatch", style: `background: ${s.color}` }),
         `${s.label}: ${formatNumber(p.y)}`)),
     bandPoint ? el("div", { class: "muted" }, `std ±${formatNumber((bandPoint.high - bandPoint.low) / 2)}`) : null);
@@ -586,7 +593,7 @@ class ChartsPanel {
       ["KL", last ? formatNumber(last.kl) : "–"],
       ["Seconds per step", last ? formatNumber(last.duration_s, 2) : "–"],
     ];
-    this.tiles.replaceChildren(...tiles.map(([label, value]) =>
+    setChildren(this.tiles, ...tiles.map(([label, value]) =>
       el("div", { class: "tile" }, el("div", { class: "tile-value" }, value),
         el("div", { class: "tile-label" }, label))));
 
@@ -603,7 +610,7 @@ class ChartsPanel {
       }
     }
     const colorOf = colorAssigner();
-    this.charts.replaceChildren(
+    setChildren(this.charts, 
       lineChart({
         id: "reward", title: "Total reward (mean ± std)", yLabel: "reward", markers,
         series: [{ label: "reward", color: PALETTE[0],
@@ -625,7 +632,7 @@ class ChartsPanel {
       }));
 
     const recent = this.page.events.slice(-12).reverse();
-    this.feed.replaceChildren(...(recent.length ? recent.map((event) => el("li", null,
+    setChildren(this.feed, ...(recent.length ? recent.map((event) => el("li", null,
       el("span", { class: `kind kind-${event.kind}` }, event.kind),
       el("span", null, event.message),
       el("span", { class: "muted small" }, formatTime(event.created_at)))) :
@@ -706,11 +713,11 @@ class CompletionsPanel {
     this.stepRows = rows;
     this.shownStep = step;
     this.status.textContent = `${rows.length} completions at step ${step}`;
-    this.results.replaceChildren(...groupsOf(rows, (c) => c.prompt_index).map((group) =>
+    setChildren(this.results, ...groupsOf(rows, (c) => c.prompt_index).map((group) =>
       this.groupCard(`Prompt ${group[0].prompt_index}` +
         (group[0].dataset_index !== null ? ` · dataset row ${group[0].dataset_index}` : ""),
       group, true)));
-    if (!rows.length) this.results.replaceChildren(el("p", { class: "card muted" }, "No completions at this step."));
+    if (!rows.length) setChildren(this.results, el("p", { class: "card muted" }, "No completions at this step."));
   }
 
   async jumpTo(which) {
@@ -751,7 +758,7 @@ class CompletionsPanel {
       return el("option", { value: key },
         `${prefix}${text.length > 70 ? `${text.slice(0, 70)}…` : text} (${list.length})`);
     });
-    this.promptSelect.replaceChildren(el("option", { value: "" }, "Choose a prompt…"), ...options);
+    setChildren(this.promptSelect, el("option", { value: "" }, "Choose a prompt…"), ...options);
     this.promptSelect.hidden = false;
     this.status.textContent = `${rows.length} completions, ${this.byPrompt.size} prompts` +
       (complete ? "" : " (first 20,000 only)");
@@ -761,7 +768,7 @@ class CompletionsPanel {
     const list = this.byPrompt.get(this.promptSelect.value);
     if (!list) return;
     const groups = groupsOf(list, (c) => `${c.step}:${c.prompt_index}`);
-    this.results.replaceChildren(
+    setChildren(this.results, 
       el("div", { class: "card" }, el("h2", null, "Prompt"), el("pre", { class: "text" }, promptText(list[0].prompt))),
       ...groups.map((group) => this.groupCard(`Step ${group[0].step} · config v${group[0].config_version}`, group, false)));
   }
@@ -800,7 +807,7 @@ class CompletionsPanel {
   }
 
   renderCompare() {
-    this.compare.replaceChildren(...["a", "b"].map((slot) => {
+    setChildren(this.compare, ...["a", "b"].map((slot) => {
       const c = this.slots[slot];
       if (!c) {
         return el("div", { class: "slot empty", "data-slot": slot },
@@ -868,12 +875,12 @@ class FilteredList {
     try {
       page = await api(jobPath(this.page.jobId, this.path), params);
     } catch (failure) {
-      this.list.replaceChildren(el("p", { class: "error" }, failure.message));
+      setChildren(this.list, el("p", { class: "error" }, failure.message));
       return;
     }
     const items = page.data.map((item) => this.renderItem(item));
     if (after) this.list.append(...items);
-    else this.list.replaceChildren(...(items.length ? items : [el("p", { class: "card muted" }, this.empty)]));
+    else setChildren(this.list, ...(items.length ? items : [el("p", { class: "card muted" }, this.empty)]));
     this.cursor = page.next_cursor;
     this.more.hidden = !page.has_more;
   }
@@ -977,18 +984,18 @@ class ConfigPanel {
     try {
       this.versions = await api(jobPath(this.page.jobId, "/config/versions"));
     } catch (failure) {
-      this.diff.replaceChildren(el("p", { class: "error" }, failure.message));
+      setChildren(this.diff, el("p", { class: "error" }, failure.message));
       return;
     }
-    this.history.replaceChildren(...this.versions.map((v) => el("tr", null,
+    setChildren(this.history, ...this.versions.map((v) => el("tr", null,
       el("td", null, `v${v.version}`), el("td", { class: "small" }, formatTime(v.created_at)),
       el("td", null, v.applied_at_step ?? "not yet"),
       el("td", { class: "mono small" }, Object.values(v.reward_functions)
         .map((f) => `${f.label} (${formatNumber(f.weight, 2)})`).join(", ")),
       el("td", { class: "small" }, `temperature ${v.temperature ?? "default"}, top_p ${v.top_p ?? "default"}`))));
     const options = () => this.versions.map((v) => el("option", { value: v.version }, `v${v.version}`));
-    this.from.replaceChildren(...options());
-    this.to.replaceChildren(...options());
+    setChildren(this.from, ...options());
+    setChildren(this.to, ...options());
     const count = this.versions.length;
     this.from.value = this.versions[Math.max(0, count - 2)].version;
     this.to.value = this.versions[count - 1].version;
@@ -1000,7 +1007,7 @@ class ConfigPanel {
     const from = byVersion.get(this.from.value), to = byVersion.get(this.to.value);
     if (!from || !to) return;
     const names = [...new Set([...Object.keys(from.reward_functions), ...Object.keys(to.reward_functions)])].sort();
-    this.diff.replaceChildren(...names.map((name) => {
+    setChildren(this.diff, ...names.map((name) => {
       const before = from.reward_functions[name], after = to.reward_functions[name];
       const title = !before ? `${name}: added as ${after.label}` : !after ? `${name}: removed` :
         before.version === after.version ? `${name}: ${after.label}, unchanged source` :

@@ -1,0 +1,248 @@
+"""How fast the worker stores steps, and what recording costs a training step.
+
+1. Throughput: record_step/store_step (one transaction per step: the step row, a COPY of its
+   completions, errors and logs, the job row) on realistic steps of 64-512 completions
+   (~100-character texts, 2-3 function scores), against the pre-#8 record_step (ORM adds,
+   psycopg write_row) kept below as the baseline, and against a bare COPY of pre-encoded rows
+   (the server's ingest ceiling for this table). Interleaved, one run.
+2. Share of a training step: the demo job on the tiny model, in-process (run_grpo), with an
+   observer that (none) stores nothing, (sync) stores each step before training goes on (the
+   pre-#8 DatabaseObserver), (writer) hands it to the BackgroundWriter (now). Interleaved.
+
+Run: python bench/bench_recording.py [--steps 30] [--train-steps 40] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from synthetic import (  # type: ignore[import-not-found]
+    create_running_job,
+    create_tenant_key,
+    embedded_postgres,
+    make_step_record,
+)
+
+from sandbox.process import create_sandbox
+from sandbox.settings import SandboxSettings
+from service.bulk import copy_rows, without_nul
+from service.db import session_scope
+from service.demo import demo_dataset, demo_reward_functions
+from service.jobs.hyperparameters import Hyperparameters
+from service.models import Completion, Job, RewardErrorRecord, RewardLog, Step
+from workers.recording import (
+    COMPLETION_COLUMNS,
+    BackgroundWriter,
+    _completion_lines,
+    _copy,
+    store_step,
+    with_database_retries,
+)
+from workers.training.records import RewardConfig, StepRecord
+
+SIZES = (64, 256, 512)
+
+
+def legacy_record_step(session: object, job_id: str, record: StepRecord) -> None:
+    """record_step as it was before #8 (minus config bookkeeping): the baseline to beat."""
+    from sqlalchemy import delete, update
+    from sqlalchemy.orm import Session
+
+    assert isinstance(session, Session)
+    for model in (Step, Completion, RewardErrorRecord, RewardLog):
+        session.execute(delete(model).where(model.job_id == job_id, model.step == record.step))
+    session.add(
+        Step(
+            job_id=job_id,
+            step=record.step,
+            config_version=record.config_version,
+            reward_mean=record.reward_mean,
+            reward_std=record.reward_std,
+            loss=record.loss,
+            kl=record.kl,
+            learning_rate=record.learning_rate,
+            duration_s=record.duration_s,
+            reward_functions={name: {"mean": m.mean} for name, m in record.functions.items()},
+        )
+    )
+    session.flush()
+    copy_rows(
+        session,
+        "completions",
+        COMPLETION_COLUMNS,
+        (
+            (job_id, record.step, record.config_version, c.prompt_index, c.group_position,
+             c.dataset_index, c.prompt, c.completion, c.scores, c.total, c.advantage,
+             c.token_count)
+            for c in record.completions
+        ),  # fmt: skip
+        json_columns=["prompt", "scores"],
+    )
+    for name, result in record.function_results.items():
+        if result.logs:
+            session.add(
+                RewardLog(
+                    job_id=job_id,
+                    step=record.step,
+                    function_name=name,
+                    function_version=result.version,
+                    output=without_nul(result.logs),
+                    truncated=result.logs_truncated,
+                )
+            )
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(steps_completed=record.step, heartbeat_at=datetime.now(UTC))
+    )
+
+
+def legacy_store_step(job_id: str, record: StepRecord) -> None:
+    def write() -> None:
+        with session_scope() as session:
+            legacy_record_step(session, job_id, record)
+
+    with_database_retries(write, what="legacy")
+
+
+def bare_copy(job_id: str, record: StepRecord) -> None:
+    """Only the COPY of the step's completions, rows encoded beforehand: Postgres's share."""
+    lines = _completion_lines(job_id, record)
+    with session_scope() as session:
+        raw = session.connection().connection.driver_connection
+        with raw.cursor() as cursor:  # type: ignore[union-attr]
+            _copy(cursor, "completions", COMPLETION_COLUMNS, lines)
+
+
+def throughput(steps: int) -> None:
+    tenant_id, _ = create_tenant_key()
+    job_id = create_running_job(tenant_id)
+    writers: dict[str, Callable[[str, StepRecord], None]] = {
+        "before (pre-#8 record_step)": legacy_store_step,
+        "after (record_step now)": store_step,
+        "bare COPY, pre-encoded": bare_copy,
+    }
+    print("\n== recording throughput: one transaction per step, rows = completions ==")
+    print(f"{'completions/step':>16}  {'writer':<28} {'ms/step':>8} {'rows/s':>9}")
+    next_step = 1
+    for size in SIZES:
+        # Records built up front: their construction is the trainer's cost, not ours.
+        timings: dict[str, list[float]] = {name: [] for name in writers}
+        for _ in range(steps):
+            for name, write in writers.items():  # interleaved: load changes hit all alike
+                record = make_step_record(next_step, completions=size)
+                next_step += 1
+                started = time.perf_counter()
+                write(job_id, record)
+                timings[name].append(time.perf_counter() - started)
+        for name, samples in timings.items():
+            per_step = statistics.median(samples)
+            print(f"{size:>16}  {name:<28} {per_step * 1000:>8.2f} {size / per_step:>9.0f}")
+
+
+class BenchObserver:
+    """The worker's observer, minus the job row reads (should_stop: never), in three modes."""
+
+    def __init__(self, mode: str, job_id: str) -> None:
+        self.mode = mode
+        self.job_id = job_id
+        self.writer = BackgroundWriter(job_id) if mode == "writer" else None
+        self.in_on_step = 0.0
+        self.step_ends: list[float] = []
+
+    def on_step(self, record: StepRecord) -> None:
+        started = time.perf_counter()
+        if self.mode == "sync":
+            store_step(self.job_id, record)
+        elif self.writer is not None:
+            self.writer.submit(lambda: store_step(self.job_id, record))
+        ended = time.perf_counter()
+        self.in_on_step += ended - started
+        self.step_ends.append(ended)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        pass
+
+    def should_stop(self) -> str | None:
+        return None
+
+    def on_config_rejected(self, version: int, message: str) -> None:
+        pass
+
+    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+        return None
+
+
+def training_share(train_steps: int, rounds: int) -> None:
+    from workers.training.grpo import TrainingSpec, run_grpo
+
+    tenant_id, _ = create_tenant_key()
+    cache = Path(tempfile.mkdtemp(prefix="rft-bench-models-"))
+    modes = ("none", "sync", "writer")
+    # Per mode: seconds per step (wall, steady state: step 2 onwards) and seconds in on_step.
+    step_s: dict[str, list[float]] = {m: [] for m in modes}
+    on_step_s: dict[str, list[float]] = {m: [] for m in modes}
+    sandbox = create_sandbox(SandboxSettings(isolation="none"))
+    try:
+        for round_index in range(rounds):
+            for mode in modes:
+                job_id = create_running_job(tenant_id)
+                observer = BenchObserver(mode, job_id)
+                spec = TrainingSpec(
+                    base_model="rft-tiny",
+                    dataset=demo_dataset(),
+                    reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+                    hyperparameters=Hyperparameters(
+                        train_steps=train_steps, seed=0, checkpoint_every=100_000
+                    ),
+                    output_dir=cache / f"out-{round_index}-{mode}",
+                    model_cache_dir=cache,
+                )
+                run_grpo(spec, sandbox, observer)
+                if observer.writer is not None:
+                    observer.writer.close()
+                ends = observer.step_ends
+                step_s[mode].append((ends[-1] - ends[0]) / (len(ends) - 1))
+                on_step_s[mode].append(observer.in_on_step / len(ends))
+    finally:
+        sandbox.close()
+    base = statistics.median(step_s["none"])
+    print(f"\n== recording's share of a training step: demo job, tiny model, {train_steps} steps,")
+    print(f"   16 completions/step, {rounds} interleaved rounds, medians ==")
+    print(f"{'observer':<8} {'s/step':>8} {'vs none':>8} {'on_step ms':>11} {'on_step share':>14}")
+    for mode in modes:
+        per_step = statistics.median(step_s[mode])
+        in_step = statistics.median(on_step_s[mode])
+        print(
+            f"{mode:<8} {per_step:>8.4f} {per_step / base - 1:>+8.1%} {in_step * 1000:>11.3f} "
+            f"{in_step / per_step:>14.2%}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30, help="steps per size and writer")
+    parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    print(f"load average at start: {os.getloadavg()}")
+    with embedded_postgres():
+        throughput(args.steps)
+        training_share(args.train_steps, args.rounds)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
