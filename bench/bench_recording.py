@@ -217,6 +217,8 @@ def training_share(train_steps: int, rounds: int) -> None:
                 on_step_s[mode].append(observer.in_on_step / len(ends))
     finally:
         sandbox.close()
+    for mode in modes:
+        print(f"  {mode}: s/step per round {[round(v, 4) for v in step_s[mode]]}")
     base = statistics.median(step_s["none"])
     print(f"\n== recording's share of a training step: demo job, tiny model, {train_steps} steps,")
     print(f"   16 completions/step, {rounds} interleaved rounds, medians ==")
@@ -239,7 +241,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     print(f"load average at start: {os.getloadavg()}")
     with embedded_postgres():
-        throughput(args.steps)
+        if args.steps:
+            throughput(args.steps)
         training_share(args.train_steps, args.rounds)
     print(f"load average at end: {os.getloadavg()}")
 

@@ -4,7 +4,8 @@
 # Pass --keep-running to leave the service up after the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# The demo needs no browser; the test command installs it.
+RFT_SETUP_BROWSER=0 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 if [ "${1:-}" = "--keep-running" ]; then

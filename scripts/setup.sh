@@ -31,14 +31,25 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "$wanted" > "$stamp"
 fi
 
+# apt_install PACKAGE...: install Debian packages when we are root on a Debian-like system.
+apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 \
+         && apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; }
+}
+
 if ! command -v bwrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing bubblewrap for the reward-function sandbox..."
-    (apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
-      || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) \
-      || echo "warning: could not install bubblewrap; reward code will not run (see README)" >&2
-  else
-    echo "warning: bubblewrap (bwrap) is missing; install it, or set RFT_SANDBOX_ISOLATION=none" \
-      "on a development machine (insecure)" >&2
-  fi
+  echo "installing bubblewrap for the reward-function sandbox..."
+  apt_install bubblewrap \
+    || echo "warning: bubblewrap (bwrap) is missing and could not be installed; reward code" \
+      "will not run. Install it, or set RFT_SANDBOX_ISOLATION=none on a development machine" \
+      "(insecure)." >&2
+fi
+
+# The dashboard's browser tests drive Debian's Chromium (never a downloaded browser).
+if [ "${RFT_SETUP_BROWSER:-1}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  echo "installing chromium for the dashboard's browser tests..."
+  apt_install chromium fonts-liberation \
+    || echo "warning: chromium could not be installed; the browser tests will be skipped" >&2
 fi

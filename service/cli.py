@@ -63,6 +63,7 @@ def _up(args: argparse.Namespace) -> int:
     with stack:
         key = _dev_api_key(stack.database_url or "", settings.state_dir)
         print(f"\nrft is up: {stack.base_url}  (API docs: {stack.base_url}/docs)")
+        print(f"dashboard: {stack.base_url}/ui/  (sign in with the key below)")
         print(f"development API key (tenant {DEV_TENANT!r}): {key}")
         print(f"logs: {stack.log_dir}\n", flush=True)
         try:

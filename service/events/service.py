@@ -89,7 +89,12 @@ class JobFollower:
                 self.last_step_at = record.created_at
                 messages.append(ServerSentEvent("step", record.model_dump_json(), self.cursor))
             else:
-                self.cursor = StreamCursor(self.cursor.last_step, record.id)
+                last_step = self.cursor.last_step
+                if record.kind == "resumed":
+                    # Steps after the checkpoint are re-run and their records replaced: send
+                    # them again as they come (clients replace a step they already have).
+                    last_step = min(last_step, int(record.data.get("checkpoint_step", last_step)))
+                self.cursor = StreamCursor(last_step, record.id)
                 messages.append(ServerSentEvent(record.kind, record.model_dump_json(), self.cursor))
 
         job = snapshot.job

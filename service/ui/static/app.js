@@ -367,7 +367,10 @@ class JobPage {
 
   onMessage({ event, data }) {
     if (event === "step") {
-      this.steps.push(data);
+      // A resumed job re-runs the steps after its checkpoint: the new record replaces the old.
+      const at = this.steps.findIndex((step) => step.step >= data.step);
+      if (at === -1) this.steps.push(data);
+      else this.steps.splice(at, this.steps.length - at, data);
     } else if (event === "job") {
       this.job = data;
       this.renderHeader();
