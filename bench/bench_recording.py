@@ -15,6 +15,7 @@ Run: python bench/bench_recording.py [--steps 30] [--train-steps 40] [--rounds 3
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import statistics
@@ -82,11 +83,22 @@ def legacy_record_step(session: object, job_id: str, record: StepRecord) -> None
         "completions",
         COMPLETION_COLUMNS,
         (
-            (job_id, record.step, record.config_version, c.prompt_index, c.group_position,
-             c.dataset_index, c.prompt, c.completion, c.scores, c.total, c.advantage,
-             c.token_count)
+            (
+                job_id,
+                record.step,
+                record.config_version,
+                c.prompt_index,
+                c.group_position,
+                c.dataset_index,
+                c.prompt,
+                c.completion,
+                c.scores,
+                c.total,
+                c.advantage,
+                c.token_count,
+            )
             for c in record.completions
-        ),  # fmt: skip
+        ),
         json_columns=["prompt", "scores"],
     )
     for name, result in record.function_results.items():
@@ -159,14 +171,20 @@ class BenchObserver:
         self.job_id = job_id
         self.writer = BackgroundWriter(job_id) if mode == "writer" else None
         self.in_on_step = 0.0
+        self.write_cpu = 0.0  # CPU seconds spent storing, in whichever thread stores
         self.step_ends: list[float] = []
+
+    def _store(self, record: StepRecord) -> None:
+        started = time.thread_time()
+        store_step(self.job_id, record)
+        self.write_cpu += time.thread_time() - started
 
     def on_step(self, record: StepRecord) -> None:
         started = time.perf_counter()
         if self.mode == "sync":
-            store_step(self.job_id, record)
+            self._store(record)
         elif self.writer is not None:
-            self.writer.submit(lambda: store_step(self.job_id, record))
+            self.writer.submit(lambda: self._store(record))
         ended = time.perf_counter()
         self.in_on_step += ended - started
         self.step_ends.append(ended)
@@ -185,7 +203,13 @@ class BenchObserver:
 
 
 def training_share(train_steps: int, rounds: int) -> None:
+    import torch
+
     from workers.training.grpo import TrainingSpec, run_grpo
+
+    # One intra-op thread: on a shared 2-core machine two OpenMP threads that spin-wait for
+    # each other made step times vary tenfold (0.07 s to 1.6 s) from run to run.
+    torch.set_num_threads(1)
 
     tenant_id, _ = create_tenant_key()
     cache = Path(tempfile.mkdtemp(prefix="rft-bench-models-"))
@@ -193,10 +217,14 @@ def training_share(train_steps: int, rounds: int) -> None:
     # Per mode: seconds per step (wall, steady state: step 2 onwards) and seconds in on_step.
     step_s: dict[str, list[float]] = {m: [] for m in modes}
     on_step_s: dict[str, list[float]] = {m: [] for m in modes}
+    write_cpu_s: dict[str, list[float]] = {m: [] for m in modes}
     sandbox = create_sandbox(SandboxSettings(isolation="none"))
     try:
         for round_index in range(rounds):
-            for mode in modes:
+            # Rotated order: later runs in one process are slower (allocator, caches), and
+            # the load from other tenants of the machine drifts.
+            for mode in modes[round_index % 3 :] + modes[: round_index % 3]:
+                gc.collect()
                 job_id = create_running_job(tenant_id)
                 observer = BenchObserver(mode, job_id)
                 spec = TrainingSpec(
@@ -215,6 +243,7 @@ def training_share(train_steps: int, rounds: int) -> None:
                 ends = observer.step_ends
                 step_s[mode].append((ends[-1] - ends[0]) / (len(ends) - 1))
                 on_step_s[mode].append(observer.in_on_step / len(ends))
+                write_cpu_s[mode].append(observer.write_cpu / len(ends))
     finally:
         sandbox.close()
     for mode in modes:
@@ -222,14 +251,22 @@ def training_share(train_steps: int, rounds: int) -> None:
     base = statistics.median(step_s["none"])
     print(f"\n== recording's share of a training step: demo job, tiny model, {train_steps} steps,")
     print(f"   16 completions/step, {rounds} interleaved rounds, medians ==")
-    print(f"{'observer':<8} {'s/step':>8} {'vs none':>8} {'on_step ms':>11} {'on_step share':>14}")
+    print(
+        f"{'observer':<8} {'s/step':>8} {'vs none':>8} {'blocked ms':>11} {'blocked share':>14}"
+        f" {'store CPU ms':>13}"
+    )
     for mode in modes:
         per_step = statistics.median(step_s[mode])
         in_step = statistics.median(on_step_s[mode])
+        cpu = statistics.median(write_cpu_s[mode])
         print(
             f"{mode:<8} {per_step:>8.4f} {per_step / base - 1:>+8.1%} {in_step * 1000:>11.3f} "
-            f"{in_step / per_step:>14.2%}"
+            f"{in_step / per_step:>14.2%} {cpu * 1000:>13.2f}"
         )
+    print(
+        "blocked = time the training thread spends in on_step; store CPU = CPU time of\n"
+        "store_step (in the training thread for sync, in the writer thread for writer)."
+    )
 
 
 def main() -> None:

@@ -37,14 +37,19 @@ def embedded_postgres() -> Iterator[str]:
     url = postgres.start()
     try:
         run_migrations(url)
-        os.environ["RFT_DATABASE_URL"] = url
-        get_settings.cache_clear()
-        get_engine.cache_clear()
-        get_sessionmaker.cache_clear()
+        use_database(url)
         yield url
     finally:
         get_engine().dispose()
         postgres.stop()
+
+
+def use_database(url: str) -> None:
+    """Point service.db (this process's sessions) at ``url``."""
+    os.environ["RFT_DATABASE_URL"] = url
+    get_settings.cache_clear()
+    get_engine.cache_clear()
+    get_sessionmaker.cache_clear()
 
 
 def create_tenant_key() -> tuple[str, str]:

@@ -27,6 +27,17 @@ class Settings(BaseSettings):
     )
     artifacts_dir: Path | None = Field(None, description="Checkpoints and adapters.")
     model_cache_dir: Path | None = Field(None, description="Built-in tiny model cache.")
+    artifact_store: Literal["local", "s3"] = Field(
+        "local", description="Where checkpoints and adapters are kept: 'local' or 's3'."
+    )
+    s3_bucket: str | None = None
+    s3_prefix: str = Field("rft", description="Key prefix inside the bucket.")
+    s3_endpoint_url: str | None = Field(
+        None, description="For S3-compatible stores (MinIO, R2, Ceph); unset for AWS."
+    )
+    s3_region: str | None = None
+    s3_access_key_id: str | None = Field(None, description="Unset: boto3's usual sources.")
+    s3_secret_access_key: SecretStr | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     max_upload_bytes: int = Field(200 * 1024 * 1024, description="Largest dataset upload.")

@@ -6,6 +6,7 @@ stores is visible to another, exactly as between real customers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -63,6 +64,16 @@ def new_tenant_key(stack: LocalStack) -> str:
     return key
 
 
+@contextlib.contextmanager
+def tenant_client(stack: LocalStack, key: str | None = None) -> Iterator[httpx.Client]:
+    """An HTTP client of ``stack``'s API, signed in as a tenant (a new one unless ``key``)."""
+    key = key or new_tenant_key(stack)
+    with httpx.Client(
+        base_url=stack.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ) as http:
+        yield http
+
+
 @pytest.fixture
 def api_key(stack: LocalStack) -> str:
     return new_tenant_key(stack)
@@ -70,18 +81,12 @@ def api_key(stack: LocalStack) -> str:
 
 @pytest.fixture
 def client(stack: LocalStack, api_key: str) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=stack.base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-    ) as http:
+    with tenant_client(stack, api_key) as http:
         yield http
 
 
 @pytest.fixture
 def other_client(stack: LocalStack) -> Iterator[httpx.Client]:
     """A second tenant, to prove that tenants cannot see each other."""
-    with httpx.Client(
-        base_url=stack.base_url,
-        headers={"Authorization": f"Bearer {new_tenant_key(stack)}"},
-        timeout=60,
-    ) as http:
+    with tenant_client(stack) as http:
         yield http

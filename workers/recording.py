@@ -99,8 +99,15 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
     """
     # Deletes run as CTEs of the step upsert: one statement instead of four.
     deletes = [
-        delete(model).where(model.job_id == job_id, model.step == record.step).cte(f"d_{index}")
-        for index, model in enumerate((Completion, RewardErrorRecord, RewardLog))
+        delete(Completion)
+        .where(Completion.job_id == job_id, Completion.step == record.step)
+        .cte("d_completions"),
+        delete(RewardErrorRecord)
+        .where(RewardErrorRecord.job_id == job_id, RewardErrorRecord.step == record.step)
+        .cte("d_errors"),
+        delete(RewardLog)
+        .where(RewardLog.job_id == job_id, RewardLog.step == record.step)
+        .cte("d_logs"),
     ]
     step_row = {
         "config_version": record.config_version,
@@ -331,7 +338,7 @@ class BackgroundWriter:
                     return
                 if self._error is None:
                     write()
-            except BaseException as exc:  # noqa: BLE001 - kept and raised in the caller's thread
+            except BaseException as exc:  # kept, and raised in the submitting thread
                 logger.exception("background write failed; later writes are skipped")
                 self._error = exc
             finally:

@@ -1,21 +1,21 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from service.artifacts import service
 from service.artifacts.schemas import CheckpointList
+from service.artifacts.storage import artifact_store
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
+from service.settings import get_settings
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["artifacts"])
 
 
-def _archive_response(directory: Path, name: str) -> FileResponse:
-    archive = service.pack_adapter(directory, name)
+def _archive_response(uri: str, name: str) -> FileResponse:
+    archive = service.pack_adapter(artifact_store(get_settings()), uri, name)
     return FileResponse(
         archive,
         media_type="application/gzip",
@@ -34,12 +34,12 @@ def download_checkpoint(
     session: SessionDep, tenant_id: CurrentTenant, job_id: str, step: int
 ) -> FileResponse:
     """The checkpoint's LoRA adapter as a PEFT directory (load with PeftModel.from_pretrained)."""
-    directory = service.checkpoint_directory(session, tenant_id, job_id, step)
-    return _archive_response(directory, f"{job_id}-step-{step}")
+    uri = service.checkpoint_uri(session, tenant_id, job_id, step)
+    return _archive_response(uri, f"{job_id}-step-{step}")
 
 
 @router.get("/adapter.tar.gz", response_class=FileResponse)
 def download_adapter(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> FileResponse:
     """The final LoRA adapter of a finished job."""
-    directory = service.final_adapter_directory(session, tenant_id, job_id)
-    return _archive_response(directory, f"{job_id}-adapter")
+    uri = service.final_adapter_uri(session, tenant_id, job_id)
+    return _archive_response(uri, f"{job_id}-adapter")

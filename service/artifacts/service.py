@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from service.artifacts.schemas import Checkpoint, CheckpointList
+from service.artifacts.storage import ArtifactStore, fetch_for_reading
 from service.errors import NotFound
 from service.jobs.repository import JobRepository
 from service.jobs.service import get_job
@@ -46,33 +47,31 @@ def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> Checkpoin
     )
 
 
-def checkpoint_directory(session: Session, tenant_id: str, job_id: str, step: int) -> Path:
+def checkpoint_uri(session: Session, tenant_id: str, job_id: str, step: int) -> str:
     job = get_job(session, tenant_id, job_id)
     checkpoint = JobRepository(session).get_checkpoint(job.id, step)
     if checkpoint is None:
         raise NotFound(f"job {job.id} has no checkpoint at step {step}")
-    return _existing(Path(checkpoint.path))
+    return checkpoint.path
 
 
-def final_adapter_directory(session: Session, tenant_id: str, job_id: str) -> Path:
+def final_adapter_uri(session: Session, tenant_id: str, job_id: str) -> str:
     job = get_job(session, tenant_id, job_id)
     if not job.adapter_path:
         raise NotFound(f"job {job.id} has no final adapter (status {job.status})")
-    return _existing(Path(job.adapter_path))
+    return job.adapter_path
 
 
-def _existing(path: Path) -> Path:
-    if not path.is_dir():
-        raise NotFound(f"the artifact at {path.name} is no longer on disk")
-    return path
-
-
-def pack_adapter(directory: Path, archive_name: str) -> Path:
-    """A .tar.gz of the adapter files, in a temporary file the caller deletes."""
+def pack_adapter(store: ArtifactStore, uri: str, archive_name: str) -> Path:
+    """A .tar.gz of the adapter files at ``uri``, in a temporary file the caller deletes."""
+    if not store.exists(uri):
+        raise NotFound(f"the artifact {archive_name} is no longer in the artifact store")
     handle = tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False)  # noqa: SIM115
     handle.close()
-    with tarfile.open(handle.name, "w:gz") as archive:
-        for name in ADAPTER_FILES:
-            if (directory / name).is_file():
-                archive.add(directory / name, arcname=f"{archive_name}/{name}")
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = fetch_for_reading(store, uri, Path(scratch))
+        with tarfile.open(handle.name, "w:gz") as archive:
+            for name in ADAPTER_FILES:
+                if (directory / name).is_file():
+                    archive.add(directory / name, arcname=f"{archive_name}/{name}")
     return Path(handle.name)

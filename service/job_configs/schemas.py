@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import RewardFunctionCreate, check_reward_function_names
+from service.jobs.schemas import RewardFunctions
 
 
 class RewardFunctionConfig(BaseModel):
@@ -33,16 +33,9 @@ class JobConfigUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reward_functions: dict[str, RewardFunctionCreate]
+    reward_functions: RewardFunctions
     temperature: float | None = Field(None, gt=0, le=5.0)
     top_p: float | None = Field(None, gt=0, le=1.0)
-
-    @field_validator("reward_functions")
-    @classmethod
-    def _check_names(
-        cls, functions: dict[str, RewardFunctionCreate]
-    ) -> dict[str, RewardFunctionCreate]:
-        return check_reward_function_names(functions)
 
 
 class JobConfigUpdated(BaseModel):

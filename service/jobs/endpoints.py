@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, status
 
+from service import models
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
 from service.jobs import service
@@ -107,21 +108,27 @@ def list_events(
     return paginate(events, limit, JobEvent, lambda item: item.id)
 
 
+FunctionFilter = Annotated[str | None, Query(description="A reward function's name.")]
+StepFilter = Annotated[int | None, Query(ge=1)]
+AfterCursor = Annotated[int, Query(ge=0, description="The next_cursor of the previous page.")]
+
+
 @router.get("/{job_id}/logs", response_model=Page[RewardLog])
 def list_logs(
     session: SessionDep,
     tenant_id: CurrentTenant,
     job_id: str,
-    step: Annotated[int | None, Query(ge=1)] = None,
-    function: Annotated[str | None, Query(description="A reward function's name.")] = None,
+    step: StepFilter = None,
+    function: FunctionFilter = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: AfterCursor = 0,
 ) -> Page[RewardLog]:
     """Reward functions' print output (stdout and stderr), per step and function."""
-    logs = service.list_logs(
-        session, tenant_id, job_id, step=step, function=function, after_id=after, limit=limit + 1
-    )
-    return paginate(logs, limit, RewardLog, lambda item: item.id)
+    rows = service.list_function_records(
+        session, tenant_id, job_id, models.RewardLog,
+        step=step, function=function, after_id=after, limit=limit + 1,
+    )  # fmt: skip
+    return paginate(rows, limit, RewardLog, lambda item: item.id)
 
 
 @router.get("/{job_id}/reward-errors", response_model=Page[RewardErrorOut])
@@ -129,13 +136,14 @@ def list_reward_errors(
     session: SessionDep,
     tenant_id: CurrentTenant,
     job_id: str,
-    step: Annotated[int | None, Query(ge=1)] = None,
-    function: Annotated[str | None, Query(description="A reward function's name.")] = None,
+    step: StepFilter = None,
+    function: FunctionFilter = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: AfterCursor = 0,
 ) -> Page[RewardErrorOut]:
     """Typed reward-function errors (exception, timeout, killed, invalid return, wrong length)."""
-    errors = service.list_reward_errors(
-        session, tenant_id, job_id, step=step, function=function, after_id=after, limit=limit + 1
-    )
-    return paginate(errors, limit, RewardErrorOut, lambda item: item.id)
+    rows = service.list_function_records(
+        session, tenant_id, job_id, models.RewardErrorRecord,
+        step=step, function=function, after_id=after, limit=limit + 1,
+    )  # fmt: skip
+    return paginate(rows, limit, RewardErrorOut, lambda item: item.id)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.orm import Session
@@ -17,6 +17,8 @@ from service.models import (
     RewardLog,
     Step,
 )
+
+FunctionRecord = TypeVar("FunctionRecord", RewardLog, RewardErrorRecord)
 
 
 class JobRepository:
@@ -161,27 +163,23 @@ class JobRepository:
             )
         )
 
-    def list_logs(
-        self, job_id: str, *, step: int | None, function: str | None, after_id: int, limit: int
-    ) -> list[RewardLog]:
-        statement = select(RewardLog).where(RewardLog.job_id == job_id, RewardLog.id > after_id)
+    def list_function_records(
+        self,
+        model: type[FunctionRecord],
+        job_id: str,
+        *,
+        step: int | None,
+        function: str | None,
+        after_id: int,
+        limit: int,
+    ) -> list[FunctionRecord]:
+        """Reward logs or reward errors of a job, by step and function, in id order."""
+        statement = select(model).where(model.job_id == job_id, model.id > after_id)
         if step is not None:
-            statement = statement.where(RewardLog.step == step)
+            statement = statement.where(model.step == step)
         if function is not None:
-            statement = statement.where(RewardLog.function_name == function)
-        return list(self.session.scalars(statement.order_by(RewardLog.id).limit(limit)))
-
-    def list_reward_errors(
-        self, job_id: str, *, step: int | None, function: str | None, after_id: int, limit: int
-    ) -> list[RewardErrorRecord]:
-        statement = select(RewardErrorRecord).where(
-            RewardErrorRecord.job_id == job_id, RewardErrorRecord.id > after_id
-        )
-        if step is not None:
-            statement = statement.where(RewardErrorRecord.step == step)
-        if function is not None:
-            statement = statement.where(RewardErrorRecord.function_name == function)
-        return list(self.session.scalars(statement.order_by(RewardErrorRecord.id).limit(limit)))
+            statement = statement.where(model.function_name == function)
+        return list(self.session.scalars(statement.order_by(model.id).limit(limit)))
 
     def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
         return self.session.scalar(

@@ -3,9 +3,9 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
@@ -42,7 +42,9 @@ class RewardFunctionCreate(BaseModel):
         return weight
 
 
-def check_reward_function_names(functions: dict[str, Any]) -> dict[str, Any]:
+def check_reward_function_names(
+    functions: dict[str, RewardFunctionCreate],
+) -> dict[str, RewardFunctionCreate]:
     if not functions:
         raise ValueError("give at least one reward function")
     if len(functions) > MAX_REWARD_FUNCTIONS:
@@ -55,11 +57,17 @@ def check_reward_function_names(functions: dict[str, Any]) -> dict[str, Any]:
     return functions
 
 
+# A job's functions by name, as JobCreate, config updates and tests take them.
+RewardFunctions = Annotated[
+    dict[str, RewardFunctionCreate], AfterValidator(check_reward_function_names)
+]
+
+
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str
-    reward_functions: dict[str, RewardFunctionCreate]
+    reward_functions: RewardFunctions
     base_model: str = Field(
         TINY_MODEL_NAME,
         description=f"A Hugging Face model id, a local path on the workers, or "
@@ -89,13 +97,6 @@ class JobCreate(BaseModel):
                     "'name' or 'name>=1.2' (no pip options, URLs or paths)"
                 )
         return [package.strip() for package in packages]
-
-    @field_validator("reward_functions")
-    @classmethod
-    def _check_names(
-        cls, functions: dict[str, RewardFunctionCreate]
-    ) -> dict[str, RewardFunctionCreate]:
-        return check_reward_function_names(functions)
 
 
 class RewardFunctionState(BaseModel):

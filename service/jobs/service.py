@@ -12,7 +12,7 @@ from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import Conflict, NotFound
-from service.jobs.repository import JobRepository
+from service.jobs.repository import FunctionRecord, JobRepository
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus, ensure_transition
 from service.models import (
@@ -20,9 +20,7 @@ from service.models import (
     Job,
     JobConfigVersion,
     JobEvent,
-    RewardErrorRecord,
     RewardFunctionVersion,
-    RewardLog,
     Step,
     new_id,
 )
@@ -182,33 +180,18 @@ def list_events(
     return JobRepository(session).list_events(job_id, after_id=after_id, limit=limit)
 
 
-def list_logs(
+def list_function_records(
     session: Session,
     tenant_id: str,
     job_id: str,
+    model: type[FunctionRecord],
     *,
     step: int | None,
     function: str | None,
     after_id: int,
     limit: int,
-) -> list[RewardLog]:
+) -> list[FunctionRecord]:
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_logs(
-        job_id, step=step, function=function, after_id=after_id, limit=limit
-    )
-
-
-def list_reward_errors(
-    session: Session,
-    tenant_id: str,
-    job_id: str,
-    *,
-    step: int | None,
-    function: str | None,
-    after_id: int,
-    limit: int,
-) -> list[RewardErrorRecord]:
-    get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_reward_errors(
-        job_id, step=step, function=function, after_id=after_id, limit=limit
+    return JobRepository(session).list_function_records(
+        model, job_id, step=step, function=function, after_id=after_id, limit=limit
     )

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.jobs.schemas import RewardFunctionCreate, check_reward_function_names
+from service.jobs.schemas import RewardFunctions
 
 MAX_TEST_SAMPLES = 256
 
@@ -22,7 +22,7 @@ class RewardFunctionTest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reward_functions: dict[str, RewardFunctionCreate]
+    reward_functions: RewardFunctions
     samples: list[Sample] | None = Field(None, max_length=MAX_TEST_SAMPLES)
     dataset_id: str | None = None
     completions: list[str] | None = Field(
@@ -33,13 +33,6 @@ class RewardFunctionTest(BaseModel):
     )
     rows: int = Field(4, ge=1, le=MAX_TEST_SAMPLES, description="Dataset rows to use.")
     allow_network: bool = False
-
-    @field_validator("reward_functions")
-    @classmethod
-    def _check_names(
-        cls, functions: dict[str, RewardFunctionCreate]
-    ) -> dict[str, RewardFunctionCreate]:
-        return check_reward_function_names(functions)
 
     @model_validator(mode="after")
     def _one_source_of_samples(self) -> RewardFunctionTest:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import new_tenant_key
+from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 
 pytestmark = pytest.mark.integration
@@ -43,11 +43,7 @@ def fault_stack() -> Iterator[LocalStack]:
 
 @pytest.fixture
 def fault_client(fault_stack: LocalStack) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=fault_stack.base_url,
-        headers={"Authorization": f"Bearer {new_tenant_key(fault_stack)}"},
-        timeout=60,
-    ) as http:
+    with tenant_client(fault_stack) as http:
         yield http
 
 

@@ -1,0 +1,345 @@
+"""What the service costs a training run, and whether it trains exactly like TRL alone.
+
+The same GRPO job, the demo job (tiny model "rft-tiny", the demo dataset, reward
+letter_fraction weight 1.0 + brevity weight 0.02, seed 0, N steps), run
+(a) bare: a plain TRL GRPOTrainer + PEFT LoRA in this process, the rewards as in-process
+    Python functions, the GRPOConfig of workers/training/grpo.py:_grpo_config written out
+    (and checked field by field against it);
+(b) service: a LocalStack (embedded Postgres and Redis, API, one Celery worker), the dataset
+    uploaded over HTTP, the job created over HTTP and waited for.
+Rounds alternate a, b, a, b so that the shared machine's load hits both alike.
+
+Per step: (a) the wall time between consecutive steps; (b) the same from the steps rows'
+created_at (each written as its step ends) and the recorded duration_s; plus submit -> done.
+Parity: per-step reward means of (a) and (b), max abs difference.
+
+Run: python bench/bench_overhead.py [--steps 50] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from synthetic import create_tenant_key, use_database  # type: ignore[import-not-found]
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PrinterCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+from trl import GRPOConfig, GRPOTrainer
+
+from service.demo import DEMO_BASE_MODEL, demo_dataset, demo_reward_functions, demo_rewards_source
+from service.demo.follow import DEMO_DIR, demo_job_request
+from service.jobs.hyperparameters import Hyperparameters
+from service.stack import LocalStack
+from workers.training.grpo import TrainingSpec, _grpo_config
+from workers.training.records import RewardConfig, StepRecord
+from workers.training.reward_dispatch import weighted_total
+from workers.training.tiny_model import ensure_tiny_model
+
+# Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
+# spin-wait for each other made step times swing tenfold between runs.
+THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass
+class Run:
+    kind: str
+    step_s: list[float] = field(default_factory=list)  # wall time of each step (step 2 on)
+    rewards: list[float] = field(default_factory=list)  # per-step reward mean
+    function_means: list[dict[str, float]] = field(default_factory=list)
+    recorded_duration_s: list[float] = field(default_factory=list)  # service: duration_s
+    end_to_end_s: float = 0.0
+    train_s: float = 0.0  # first step begins -> last step ends
+
+
+def demo_hyperparameters(steps: int) -> Hyperparameters:
+    # What the service builds from demo_job_request(train_steps=steps): seed 0, defaults.
+    return Hyperparameters(train_steps=steps, seed=0)
+
+
+def bare_config(steps: int, output_dir: Path, *, summed: bool = False) -> GRPOConfig:
+    """The GRPOConfig a user would write to match the service's _grpo_config on CPU."""
+    hp = demo_hyperparameters(steps)
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=hp.completions_per_step,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=hp.num_generations,
+        max_completion_length=hp.max_completion_length,
+        temperature=hp.temperature,
+        top_p=hp.top_p,
+        beta=hp.beta,
+        loss_type=hp.loss_type,
+        learning_rate=hp.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=hp.train_steps,
+        seed=hp.seed,
+        data_seed=hp.seed,
+        shuffle_dataset=True,
+        remove_unused_columns=False,
+        bf16=False,
+        fp16=False,
+        activation_checkpointing=False,
+        dataloader_pin_memory=False,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=hp.checkpoint_every,
+        save_total_limit=None,
+        save_only_model=False,
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+        # The one addition: TRL weighs several reward functions itself.
+        reward_weights=None if summed else [spec.weight for spec in demo_reward_functions()],
+    )
+
+
+def config_differences(steps: int, output_dir: Path) -> list[str]:
+    """Fields where bare_config differs from what the worker builds (reward_weights aside)."""
+    hp = demo_hyperparameters(steps)
+    spec = TrainingSpec(
+        base_model=DEMO_BASE_MODEL,
+        dataset=demo_dataset(),
+        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+        hyperparameters=hp,
+        output_dir=output_dir,
+        model_cache_dir=output_dir,
+    )
+    service = _grpo_config(spec, use_cuda=False, use_bf16=False, use_vllm=False).to_dict()
+    bare = bare_config(steps, output_dir).to_dict()
+    return [
+        f"{key}: service {service.get(key)!r}, bare {bare.get(key)!r}"
+        for key in sorted(set(service) | set(bare))
+        if key != "reward_weights" and service.get(key) != bare.get(key)
+    ]
+
+
+def demo_reward_callables() -> list[Any]:
+    """The demo's per-sample functions in TRL's batch form, run in this process."""
+    namespace: dict[str, Any] = {}
+    exec(demo_rewards_source(), namespace)  # our own bundled demo code
+
+    def wrap(name: str) -> Any:
+        function = namespace[name]
+
+        def batch(
+            prompts: list[str], completions: list[str], target_letter: list[str], **_: Any
+        ) -> list[float]:
+            return [
+                float(function(p, c, {"prompt": p, "target_letter": t}))
+                for p, c, t in zip(prompts, completions, target_letter, strict=True)
+            ]
+
+        batch.__name__ = name
+        return batch
+
+    return [wrap(spec.name) for spec in demo_reward_functions()]
+
+
+class StepClock(TrainerCallback):
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.ends: list[float] = []
+        self.first_begin: float | None = None
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if self.first_begin is None:
+            self.first_begin = time.perf_counter()
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        if not logs or "loss" not in logs:
+            return
+        self.ends.append(time.perf_counter())
+        self.run.rewards.append(float(logs["reward"]))
+        self.run.function_means.append(
+            {key: float(value) for key, value in logs.items() if key.startswith("rewards/")}
+        )
+
+
+def summed_reward_callable() -> Any:
+    """The demo's functions summed in float64 in one TRL reward, as the worker's dispatcher does
+    (TRL itself weighs several functions in float32)."""
+    functions = demo_reward_callables()
+    weights = [spec.weight for spec in demo_reward_functions()]
+
+    def rft_reward(**kwargs: Any) -> list[float | None]:
+        scores = [function(**kwargs) for function in functions]
+        return [
+            weighted_total(list(sample), weights) for sample in zip(*scores, strict=True)
+        ]
+
+    return rft_reward
+
+
+def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
+    run = Run("bare, one summed reward" if summed else "bare")
+    started = time.perf_counter()
+    model_dir = ensure_tiny_model(work / "models")
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_dir, padding_side="left", truncation_side="left"
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    hp = demo_hyperparameters(steps)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[summed_reward_callable()] if summed else demo_reward_callables(),
+        args=bare_config(steps, work / f"bare-{time.monotonic_ns()}", summed=summed),
+        train_dataset=Dataset.from_list(demo_dataset()),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=hp.lora_rank,
+            lora_alpha=hp.lora_alpha,
+            lora_dropout=hp.lora_dropout,
+            target_modules=hp.lora_target_modules,
+            task_type="CAUSAL_LM",
+        ),
+    )
+    trainer.remove_callback(PrinterCallback)  # as the worker does: no per-step print
+    clock = StepClock(run)
+    trainer.add_callback(clock)
+    trainer.train()
+    trainer.save_model(str(work / "bare-adapter"))
+    run.end_to_end_s = time.perf_counter() - started
+    run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
+    assert clock.first_begin is not None
+    run.train_s = clock.ends[-1] - clock.first_begin
+    return run
+
+
+def run_service(http: httpx.Client, steps: int) -> Run:
+    run = Run("service")
+    started = time.perf_counter()
+    with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
+        response = http.post("/v1/datasets", files={"file": ("demo.jsonl", handle)})
+    response.raise_for_status()
+    response = http.post(
+        "/v1/jobs", json=demo_job_request(response.json()["id"], train_steps=steps)
+    )
+    response.raise_for_status()
+    job_id = response.json()["id"]
+    while True:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.05)
+    run.end_to_end_s = time.perf_counter() - started
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
+    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
+    run.step_s = [b - a for a, b in itertools.pairwise(created)]
+    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    run.rewards = [row["reward_mean"] for row in rows]
+    run.function_means = [
+        {name: metrics["mean"] for name, metrics in row["reward_functions"].items()} for row in rows
+    ]
+    run.train_s = created[-1] - created[0] + rows[0]["duration_s"]
+    return run
+
+
+def summarize(runs: list[Run]) -> None:
+    bare = [r for r in runs if r.kind == "bare"]
+    service = [r for r in runs if r.kind == "service"]
+    bare_step = statistics.median(s for r in bare for s in r.step_s)
+    service_step = statistics.median(s for r in service for s in r.step_s)
+    service_recorded = statistics.median(s for r in service for s in r.recorded_duration_s)
+    bare_mean = statistics.fmean(s for r in bare for s in r.step_s)
+    service_mean = statistics.fmean(s for r in service for s in r.step_s)
+    print("\n== wall time per step (steady state, step 2 on; median over all rounds) ==")
+    print(f"bare TRL script           {bare_step:.4f} s   (mean {bare_mean:.4f})")
+    print(f"service, step to step     {service_step:.4f} s   (mean {service_mean:.4f})")
+    print(f"service, recorded         {service_recorded:.4f} s   (duration_s: generation..log)")
+    print(f"ratio service/bare        {service_step / bare_step:.3f}  (goal <= 1.03)")
+    for kind, group in (("bare", bare), ("service", service)):
+        print(
+            f"{kind:<8} per round: s/step "
+            + ", ".join(f"{statistics.median(r.step_s):.4f}" for r in group)
+            + "; training "
+            + ", ".join(f"{r.train_s:.1f}" for r in group)
+            + " s; submit->done "
+            + ", ".join(f"{r.end_to_end_s:.1f}" for r in group)
+            + " s"
+        )
+
+    print("\n== parity: per-step reward mean, same seed ==")
+    reference = bare[0].rewards
+    for run in runs:
+        diffs = [abs(a - b) for a, b in zip(reference, run.rewards, strict=True)]
+        first = next((i + 1 for i, d in enumerate(diffs) if d > 1e-6), None)
+        print(
+            f"{run.kind:<8} vs bare round 1: max abs diff {max(diffs):.2e}; "
+            f"first step differing by > 1e-6: {first}"
+        )
+    print("rewards (bare r1):    " + " ".join(f"{r:.3f}" for r in reference[:12]) + " ...")
+    print("rewards (service r1): " + " ".join(f"{r:.3f}" for r in service[0].rewards[:12]) + " ...")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.update(THREADS_ENV)
+    torch.set_num_threads(1)
+    print(f"load average at start: {os.getloadavg()}")
+    work = Path(tempfile.mkdtemp(prefix="rft-bench-overhead-"))
+    differences = config_differences(args.steps, work)
+    print(
+        "GRPOConfig of the bare script vs the worker's _grpo_config: "
+        + ("identical (reward_weights aside)" if not differences else "; ".join(differences))
+    )
+    runs: list[Run] = []
+    with LocalStack(work / "stack", workers=1, extra_env=THREADS_ENV) as stack:
+        assert stack.database_url
+        use_database(stack.database_url)
+        _, key = create_tenant_key()
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
+            # Warm both sides (imports, the tiny model build) before anything is timed.
+            run_service(http, 2)
+            run_bare(2, work)
+            for _ in range(args.rounds):
+                runs.append(run_bare(args.steps, work))
+                runs.append(run_service(http, args.steps))
+    summarize(runs)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

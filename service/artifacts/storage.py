@@ -1,0 +1,131 @@
+"""Where checkpoints and adapters live: a local folder (the default, a shared volume in
+Docker) or an S3-compatible bucket. Training always writes locally first (TRL saves to a
+folder); the store is what survives the machine."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Protocol
+
+from service.settings import Settings
+
+S3_SCHEME = "s3://"
+
+
+class ArtifactStore(Protocol):
+    def save_directory(self, local: Path, key: str) -> str:
+        """Keep ``local`` under ``key``; returns the URI to record."""
+        ...
+
+    def fetch_directory(self, uri: str, destination: Path) -> Path:
+        """A local folder holding the artifact at ``uri`` (maybe ``destination``)."""
+        ...
+
+    def exists(self, uri: str) -> bool: ...
+
+
+class LocalArtifactStore:
+    """Artifacts stay where training wrote them, under RFT_ARTIFACTS_DIR."""
+
+    def save_directory(self, local: Path, key: str) -> str:
+        return str(local.resolve())
+
+    def fetch_directory(self, uri: str, destination: Path) -> Path:
+        return Path(uri)
+
+    def exists(self, uri: str) -> bool:
+        return Path(uri).is_dir()
+
+
+class S3ArtifactStore:
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        client: Any = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        if client is None:
+            import boto3
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                aws_access_key_id=access_key_id,
+                aws_secret_access_key=secret_access_key,
+                region_name=region,
+            )
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _split(self, uri: str) -> tuple[str, str]:
+        bucket, _, key = uri.removeprefix(S3_SCHEME).partition("/")
+        return bucket, key
+
+    def save_directory(self, local: Path, key: str) -> str:
+        root = self._key(key)
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                relative = path.relative_to(local).as_posix()
+                self.client.upload_file(str(path), self.bucket, f"{root}/{relative}")
+        return f"{S3_SCHEME}{self.bucket}/{root}"
+
+    def _objects(self, uri: str) -> list[str]:
+        bucket, root = self._split(uri)
+        keys: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=f"{root}/"
+        ):
+            keys.extend(item["Key"] for item in page.get("Contents", []))
+        return keys
+
+    def fetch_directory(self, uri: str, destination: Path) -> Path:
+        bucket, root = self._split(uri)
+        partial = destination.with_name(destination.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for key in self._objects(uri):
+            target = partial / key.removeprefix(f"{root}/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.client.download_file(bucket, key, str(target))
+        # Whole or nothing: a download cut short never looks like a checkpoint.
+        shutil.rmtree(destination, ignore_errors=True)
+        partial.rename(destination)
+        return destination
+
+    def exists(self, uri: str) -> bool:
+        return bool(self._objects(uri))
+
+
+def artifact_store(settings: Settings) -> ArtifactStore:
+    if settings.artifact_store == "s3":
+        if not settings.s3_bucket:
+            raise RuntimeError("RFT_ARTIFACT_STORE=s3 needs RFT_S3_BUCKET")
+        return S3ArtifactStore(
+            settings.s3_bucket,
+            prefix=settings.s3_prefix,
+            endpoint_url=settings.s3_endpoint_url,
+            access_key_id=settings.s3_access_key_id,
+            secret_access_key=(
+                settings.s3_secret_access_key.get_secret_value()
+                if settings.s3_secret_access_key
+                else None
+            ),
+            region=settings.s3_region,
+        )
+    return LocalArtifactStore()
+
+
+def fetch_for_reading(store: ArtifactStore, uri: str, scratch: Path) -> Path:
+    """A local folder to read the artifact from: the folder itself when it is local."""
+    if uri.startswith(S3_SCHEME):
+        return store.fetch_directory(uri, scratch / "artifact")
+    return Path(uri)

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from service.auth.service import get_or_create_tenant
+from service.db import session_scope
+from service.models import Dataset, Job, JobConfigVersion, new_id
+from service.stack import LocalStack
+
+
+@pytest.fixture
+def job_id(stack: LocalStack) -> str:
+    """A running job of a tenant of its own, as the worker sees it mid-training."""
+    with session_scope() as session:
+        tenant = get_or_create_tenant(session, f"recording-{uuid.uuid4().hex[:12]}")
+        dataset = Dataset(
+            id=new_id("ds"),
+            tenant_id=tenant.id,
+            name="recording",
+            file_format="jsonl",
+            row_count=4,
+            columns=["prompt"],
+            prompt_kind="text",
+            size_bytes=0,
+            sha256="0" * 64,
+        )
+        session.add(dataset)
+        session.flush()
+        job = Job(
+            id=new_id("job"),
+            tenant_id=tenant.id,
+            dataset_id=dataset.id,
+            base_model="rft-tiny",
+            hyperparameters={},
+            status="running",
+        )
+        session.add(job)
+        session.flush()
+        for version in (1, 2):
+            session.add(
+                JobConfigVersion(
+                    job_id=job.id, version=version, reward_functions={"f": {"version": 1}}
+                )
+            )
+        return job.id

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from service.artifacts.storage import LocalArtifactStore, S3ArtifactStore
+from tests.moto_s3 import CREDENTIALS, moto_s3_server
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with moto_s3_server() as url:
+        yield url
+
+
+@pytest.fixture
+def store(s3_endpoint: str) -> S3ArtifactStore:
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    client.create_bucket(Bucket="artifacts")
+    return S3ArtifactStore("artifacts", prefix="rft", client=client)
+
+
+def make_checkpoint(root: Path) -> Path:
+    (root / "nested").mkdir(parents=True)
+    (root / "adapter_config.json").write_text('{"r": 16}')
+    (root / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (root / "nested" / "rng_state.pth").write_bytes(b"rng")
+    return root
+
+
+def test_s3_round_trip_keeps_every_file(store: S3ArtifactStore, tmp_path: Path) -> None:
+    source = make_checkpoint(tmp_path / "checkpoint-5")
+    uri = store.save_directory(source, "job_1/checkpoint-5")
+    assert uri == "s3://artifacts/rft/job_1/checkpoint-5"
+    assert store.exists(uri)
+    assert not store.exists("s3://artifacts/rft/job_1/checkpoint-6")
+
+    fetched = store.fetch_directory(uri, tmp_path / "restored")
+    for path in source.rglob("*"):
+        if path.is_file():
+            assert (fetched / path.relative_to(source)).read_bytes() == path.read_bytes()
+    assert not (tmp_path / "restored.partial").exists()
+
+
+def test_local_store_records_the_folder_itself(tmp_path: Path) -> None:
+    source = make_checkpoint(tmp_path / "checkpoint-1")
+    store = LocalArtifactStore()
+    uri = store.save_directory(source, "ignored")
+    assert Path(uri) == source.resolve() and store.exists(uri)
+    assert store.fetch_directory(uri, tmp_path / "unused") == Path(uri)
