@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import math
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +39,11 @@ import httpx
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from synthetic import create_tenant_key, use_database  # type: ignore[import-not-found]
+from synthetic import (  # type: ignore[import-not-found]
+    create_running_job,
+    create_tenant_key,
+    use_database,
+)
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -49,14 +55,20 @@ from transformers import (
 )
 from trl import GRPOConfig, GRPOTrainer
 
+from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
+from sandbox.process import ProcessSandbox
 from service.demo import DEMO_BASE_MODEL, demo_dataset, demo_reward_functions, demo_rewards_source
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.jobs.hyperparameters import Hyperparameters
+from service.reward_functions.scoring import sandbox_settings
+from service.settings import get_settings
 from service.stack import LocalStack
-from workers.training.grpo import TrainingSpec, _grpo_config
+from workers.circuit_breaker import RewardCircuitBreaker
+from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
 from workers.training.records import RewardConfig, StepRecord
 from workers.training.reward_dispatch import weighted_total
 from workers.training.tiny_model import ensure_tiny_model
+from workers.training_job import WORKER_ID, DatabaseObserver
 
 # Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
 # spin-wait for each other made step times swing tenfold between runs.
@@ -72,6 +84,8 @@ class Run:
     recorded_duration_s: list[float] = field(default_factory=list)  # service: duration_s
     end_to_end_s: float = 0.0
     train_s: float = 0.0  # first step begins -> last step ends
+    reads_s: float = 0.0  # per step, in should_stop + poll_reward_config (in-process runs)
+    on_step_s: float = 0.0  # per step, in on_step (in-process runs)
 
 
 def demo_hyperparameters(steps: int) -> Hyperparameters:
@@ -199,9 +213,7 @@ def summed_reward_callable() -> Any:
 
     def rft_reward(**kwargs: Any) -> list[float | None]:
         scores = [function(**kwargs) for function in functions]
-        return [
-            weighted_total(list(sample), weights) for sample in zip(*scores, strict=True)
-        ]
+        return [weighted_total(list(sample), weights) for sample in zip(*scores, strict=True)]
 
     return rft_reward
 
@@ -238,6 +250,119 @@ def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
     run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
     assert clock.first_begin is not None
     run.train_s = clock.ends[-1] - clock.first_begin
+    return run
+
+
+class InProcessSandbox:
+    """RewardSandbox that calls the demo functions in this process: no pipes, no isolation."""
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._namespace: dict[str, Any] = {}
+
+    def load(self, functions: Sequence[RewardFunctionSpec]) -> None:
+        for spec in functions:
+            exec(spec.source, self._namespace)  # our own bundled demo code
+        self._names = [spec.name for spec in functions]
+
+    def score(self, batch: ScoringBatch) -> dict[str, FunctionResult]:
+        return {
+            name: FunctionResult(
+                name=name,
+                version=1,
+                scores=[
+                    float(self._namespace[name](p, c, e))
+                    for p, c, e in zip(
+                        batch.prompts, batch.completions, batch.examples, strict=True
+                    )
+                ],
+            )
+            for name in self._names
+        }
+
+    def close(self) -> None:
+        pass
+
+
+class TimedObserver:
+    """Wraps an observer (or none) and keeps each step's end time."""
+
+    def __init__(self, inner: DatabaseObserver | None) -> None:
+        self.inner = inner
+        self.ends: list[float] = []
+        self.rewards: list[float] = []
+        self.reads_s = 0.0  # in should_stop and poll_reward_config: the job row, read per step
+        self.on_step_s = 0.0
+
+    def on_step(self, record: StepRecord) -> None:
+        started = time.perf_counter()
+        if self.inner is not None:
+            self.inner.on_step(record)
+        self.ends.append(time.perf_counter())
+        self.on_step_s += self.ends[-1] - started
+        self.rewards.append(record.reward_mean if record.reward_mean is not None else math.nan)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        if self.inner is not None:
+            self.inner.on_checkpoint(step, path)
+
+    def should_stop(self) -> str | None:
+        if self.inner is None:
+            return None
+        started = time.perf_counter()
+        try:
+            return self.inner.should_stop()
+        finally:
+            self.reads_s += time.perf_counter() - started
+
+    def on_config_rejected(self, version: int, message: str) -> None:
+        pass
+
+    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+        if self.inner is None:
+            return None
+        started = time.perf_counter()
+        try:
+            return self.inner.poll_reward_config(current_version)
+        finally:
+            self.reads_s += time.perf_counter() - started
+
+
+def run_in_process(steps: int, work: Path, *, sandboxed: bool, database: bool) -> Run:
+    """run_grpo (the worker's training code) in this process, parts of the service swapped out."""
+    kind = "run_grpo" + (", bwrap sandbox" if sandboxed else ", in-process rewards")
+    run = Run(kind + (", DatabaseObserver" if database else ", no database"))
+    sandbox: RewardSandbox = (
+        ProcessSandbox(sandbox_settings(get_settings(), allow_network=False))
+        if sandboxed
+        else InProcessSandbox()
+    )
+    inner = None
+    if database:
+        tenant_id, _ = create_tenant_key()
+        inner = DatabaseObserver(
+            create_running_job(tenant_id, worker_id=WORKER_ID),
+            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
+        )
+    observer = TimedObserver(inner)
+    spec = TrainingSpec(
+        base_model=DEMO_BASE_MODEL,
+        dataset=demo_dataset(),
+        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+        hyperparameters=demo_hyperparameters(steps),
+        output_dir=work / f"in-process-{time.monotonic_ns()}",
+        model_cache_dir=work / "models",
+    )
+    try:
+        run_grpo(spec, sandbox, observer)
+    finally:
+        sandbox.close()
+        if inner is not None:
+            inner.close()
+    run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
+    run.rewards = observer.rewards
+    run.reads_s = observer.reads_s / len(observer.ends)
+    run.on_step_s = observer.on_step_s / len(observer.ends)
     return run
 
 
@@ -309,6 +434,31 @@ def summarize(runs: list[Run]) -> None:
     print("rewards (service r1): " + " ".join(f"{r:.3f}" for r in service[0].rewards[:12]) + " ...")
 
 
+def breakdown(parts: list[Run], bare: list[float], service: list[float]) -> None:
+    print("\n== where the time and the differences come from (interleaved, medians) ==")
+    kinds = list(dict.fromkeys(run.kind for run in parts))
+    base = statistics.median(s for r in parts if r.kind == "bare" for s in r.step_s)
+    print(
+        f"{'variant':<46} {'s/step':>7} {'vs bare':>8} {'job reads':>9} {'on_step':>8}"
+        f" {'|diff| bare':>11} {'|diff| service':>14}"
+    )
+    for kind in kinds:
+        group = [r for r in parts if r.kind == kind]
+        per_step = statistics.median(s for r in group for s in r.step_s)
+        reads = statistics.median(r.reads_s for r in group)
+        on_step = statistics.median(r.on_step_s for r in group)
+        to_bare = max(abs(a - b) for a, b in zip(bare, group[0].rewards, strict=True))
+        to_service = max(abs(a - b) for a, b in zip(service, group[0].rewards, strict=True))
+        print(
+            f"{kind:<46} {per_step:>7.4f} {per_step / base - 1:>+8.1%} {reads * 1000:>7.2f}ms"
+            f" {on_step * 1000:>6.2f}ms {to_bare:>11.2e} {to_service:>14.2e}"
+        )
+    print(
+        "job reads: should_stop + poll_reward_config per step (each a transaction reading the\n"
+        "job row); on_step: time the training thread spends handing the step to the writer."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
@@ -337,7 +487,17 @@ def main() -> None:
             for _ in range(args.rounds):
                 runs.append(run_bare(args.steps, work))
                 runs.append(run_service(http, args.steps))
+            # Where the difference goes: the worker's training code in this process, with
+            # the sandbox and the database put back one at a time; and the reward weighting.
+            parts: list[Run] = []
+            for _ in range(args.rounds):
+                parts.append(run_bare(args.steps, work))
+                parts.append(run_bare(args.steps, work, summed=True))
+                parts.append(run_in_process(args.steps, work, sandboxed=False, database=False))
+                parts.append(run_in_process(args.steps, work, sandboxed=True, database=False))
+                parts.append(run_in_process(args.steps, work, sandboxed=True, database=True))
     summarize(runs)
+    breakdown(parts, runs[0].rewards, runs[1].rewards)
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -269,6 +269,13 @@ def _copy(cursor: Any, table: str, columns: list[str], lines: list[str]) -> None
 def store_step(job_id: str, record: StepRecord) -> None:
     def write() -> None:
         with session_scope() as session:
+            # Commit without waiting for the WAL flush (~10% more rows/s, more on small steps).
+            # Safe here: a Postgres crash loses at most the last few commits, and because steps
+            # and checkpoint rows are committed in order, what survives is a prefix: a resume
+            # from the newest surviving checkpoint re-runs and re-records every lost step. The
+            # job's final status is committed synchronously afterwards, which flushes the WAL
+            # of every record before it, so a finished job never lacks a row.
+            session.execute(text("SET LOCAL synchronous_commit TO OFF"))
             record_step(session, job_id, record)
 
     with_database_retries(write, what=f"recording step {record.step} of {job_id}")

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
 from sandbox.process import ProcessSandbox
+from service.artifacts.storage import ArtifactStore, artifact_store
 from service.datasets.repository import DatasetRepository
 from service.db import session_scope
 from service.jobs.hyperparameters import Hyperparameters
@@ -67,9 +68,10 @@ def load_reward_config(session: Session, job_id: str, version: int) -> RewardCon
 class DatabaseObserver:
     """The training loop's view of the job row: records steps, reads cancel and config."""
 
-    def __init__(self, job_id: str, breaker: RewardCircuitBreaker) -> None:
+    def __init__(self, job_id: str, breaker: RewardCircuitBreaker, store: ArtifactStore) -> None:
         self.job_id = job_id
         self.breaker = breaker
+        self.store = store
         # Steps and checkpoints are stored off the training thread, in order; close() waits
         # for them, so the job's final status is set only once all its rows are stored.
         self.writer = BackgroundWriter(job_id)
@@ -87,22 +89,25 @@ class DatabaseObserver:
     def on_checkpoint(self, step: int, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
-        def write() -> None:
+        def write(uri: str) -> None:
             with session_scope() as session:
-                session.merge(
-                    Checkpoint(job_id=self.job_id, step=step, path=str(path), size_bytes=size)
-                )
+                session.merge(Checkpoint(job_id=self.job_id, step=step, path=uri, size_bytes=size))
                 JobRepository(session).add_event(
                     self.job_id,
                     "checkpoint",
                     f"checkpoint saved at step {step}",
                     step=step,
-                    data={"path": str(path)},
+                    data={"uri": uri},
                 )
+
+        def keep() -> None:
+            # Uploading (S3) happens off the training thread too.
+            uri = self.store.save_directory(path, f"{self.job_id}/checkpoint-{step}")
+            with_database_retries(lambda: write(uri), what="recording a checkpoint")
 
         # Through the writer: the checkpoint row must not be stored before the step records
         # it covers (a resume re-runs only the steps after it).
-        self.writer.submit(lambda: with_database_retries(write, what="recording a checkpoint"))
+        self.writer.submit(keep)
 
     def on_config_rejected(self, version: int, message: str) -> None:
         def write() -> None:
@@ -199,14 +204,14 @@ def _release(job_id: str) -> None:
     with_database_retries(write, what=f"releasing job {job_id}")
 
 
-def _finish(job_id: str, target: JobStatus, *, reason: str | None, adapter: Path | None) -> None:
+def _finish(job_id: str, target: JobStatus, *, reason: str | None, adapter: str | None) -> None:
     def write() -> None:
         with session_scope() as session:
             job = JobRepository(session).get_any_tenant(job_id, for_update=True)
             if job is None or job.status != JobStatus.RUNNING.value or job.worker_id != WORKER_ID:
                 return  # cancelled, paused or taken over by someone else: their status stands
             if adapter is not None:
-                job.adapter_path = str(adapter)
+                job.adapter_path = adapter
             transition(session, job, target, reason=reason)
 
     with_database_retries(write, what=f"finishing job {job_id}")
@@ -219,7 +224,9 @@ class JobPlan:
     runtime_packages: list[str]
 
 
-def _plan(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> JobPlan:
+def _plan(
+    job_id: str, settings: Settings, store: ArtifactStore, resume_from: Checkpoint | None
+) -> JobPlan:
     from workers.training.grpo import TrainingSpec
 
     with session_scope() as session:
@@ -232,7 +239,9 @@ def _plan(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> Jo
             hyperparameters=Hyperparameters.model_validate(job.hyperparameters),
             output_dir=settings.resolved_artifacts_dir / job_id,
             model_cache_dir=settings.resolved_model_cache_dir,
-            resume_from_checkpoint=_usable(resume_from),
+            resume_from_checkpoint=_usable(
+                resume_from, store, settings.resolved_artifacts_dir / job_id
+            ),
         )
         return JobPlan(spec, job.allow_network, list(job.runtime_packages or []))
 
@@ -247,14 +256,18 @@ def _open_sandbox(plan: JobPlan, settings: Settings) -> ProcessSandbox:
     return ProcessSandbox(config)
 
 
-def _usable(checkpoint: Checkpoint | None) -> Path | None:
+def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Path) -> Path | None:
+    """A local folder to resume from: the checkpoint itself, or a copy fetched from the store
+    when this worker is not the machine that wrote it."""
     if checkpoint is None:
         return None
-    path = Path(checkpoint.path)
-    if not (path / "trainer_state.json").exists():
-        logger.warning("checkpoint %s is missing; starting from the base model", path)
+    local = output_dir / f"checkpoint-{checkpoint.step}"
+    if Path(checkpoint.path) != local.resolve() and store.exists(checkpoint.path):
+        local = store.fetch_directory(checkpoint.path, local)
+    if not (local / "trainer_state.json").exists():
+        logger.warning("checkpoint %s is missing; starting from the base model", checkpoint.path)
         return None
-    return path
+    return local
 
 
 def run_training_job(job_id: str) -> None:
@@ -274,7 +287,8 @@ def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> s
     try:
         from workers.training.grpo import run_grpo
 
-        plan = _plan(job_id, settings, resume_from)
+        store = artifact_store(settings)
+        plan = _plan(job_id, settings, store, resume_from)
         hyperparameters = plan.spec.hyperparameters
         observer = DatabaseObserver(
             job_id,
@@ -282,10 +296,12 @@ def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> s
                 max_error_rate=hyperparameters.reward_error_rate_limit,
                 patience=hyperparameters.reward_error_patience,
             ),
+            store,
         )
         try:
             sandbox = _open_sandbox(plan, settings)
             outcome = run_grpo(plan.spec, sandbox, observer)
+            adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
             # The run's own error is the one to report; what was queued is still stored.
             observer.close(raise_failure=False)
@@ -301,7 +317,7 @@ def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> s
     if observer.breaker.tripped:
         _finish(job_id, JobStatus.FAILED, reason=observer.breaker.tripped, adapter=None)
     elif outcome.stop_reason is None:
-        _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=outcome.adapter_path)
+        _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
     # Otherwise someone else ended or paused the job: their status stands.
     return outcome.stop_reason
 

@@ -4,7 +4,12 @@ Each request takes the next fault from a queue (then passes once the queue is em
 - "drop": close the connection without forwarding or answering;
 - "503": answer 503 with Retry-After: 0 without forwarding;
 - "forward-then-drop": forward to the server (so it acts), then close without answering,
-  as when a response is lost on the way back.
+  as when a response is lost on the way back;
+- ``CutStream(after_messages, extra_bytes, event)``: forward, relay a ``text/event-stream``
+  body live for ``after_messages`` messages (blank-line separated; of type ``event`` only,
+  if given) and ``extra_bytes`` more, then close mid-body, as a network failure does.
+
+Event streams are relayed as they arrive (chunked), not buffered, so they stay live.
 """
 
 from __future__ import annotations
@@ -19,7 +24,30 @@ from typing import Literal
 
 import httpx
 
-Fault = Literal["drop", "503", "forward-then-drop"]
+
+@dataclass(frozen=True)
+class CutStream:
+    """Cut an event stream after ``after_messages`` messages (of type ``event`` if given)."""
+
+    after_messages: int
+    extra_bytes: int = 0
+    event: str | None = None
+
+    def cut_at(self, body: bytes) -> int | None:
+        """Where to cut ``body`` (so far), once it holds enough messages."""
+        counted, start = 0, 0
+        while counted < self.after_messages:
+            found = body.find(b"\n\n", start)
+            if found == -1:
+                return None
+            message, start = body[start:found], found + 2
+            if self.event is None or message.startswith(f"event: {self.event}\n".encode()):
+                counted += 1
+        end = start + self.extra_bytes
+        return end if len(body) >= end else None
+
+
+Fault = Literal["drop", "503", "forward-then-drop"] | CutStream
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
@@ -76,17 +104,46 @@ def fault_proxy(upstream: str) -> Iterator[tuple[str, FaultPlan]]:
                 self.end_headers()
                 self.wfile.write(payload)
                 return
-            response = forwarder.request(self.command, self.path, content=body, headers=headers)
-            if fault == "forward-then-drop":
-                self.close_connection = True
-                return
-            self.send_response(response.status_code)
-            for key, value in response.headers.items():
-                if key.lower() not in HOP_BY_HOP and key.lower() != "content-encoding":
-                    self.send_header(key, value)
-            self.send_header("Content-Length", str(len(response.content)))
-            self.end_headers()
-            self.wfile.write(response.content)
+            with forwarder.stream(
+                self.command, self.path, content=body, headers=headers
+            ) as response:
+                if fault == "forward-then-drop":
+                    self.close_connection = True
+                    return
+                self.send_response(response.status_code)
+                for key, value in response.headers.items():
+                    if key.lower() not in HOP_BY_HOP and key.lower() != "content-encoding":
+                        self.send_header(key, value)
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self._relay_stream(response, fault if isinstance(fault, CutStream) else None)
+                    return
+                content = response.read()
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+        def _relay_stream(self, response: httpx.Response, cut: CutStream | None) -> None:
+            received = bytearray()
+            try:
+                for chunk in response.iter_bytes():
+                    sent = len(received)
+                    received += chunk
+                    cut_at = cut.cut_at(bytes(received)) if cut is not None else None
+                    if cut_at is not None:
+                        self._write_chunk(bytes(received[sent:cut_at]))
+                        self.close_connection = True  # no last chunk: the body is cut short
+                        return
+                    self._write_chunk(chunk)
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client went away
+
+        def _write_chunk(self, data: bytes) -> None:
+            if data:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
 
         do_GET = do_POST = do_PUT = do_DELETE = _handle
 

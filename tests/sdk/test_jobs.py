@@ -181,7 +181,7 @@ def test_stream_yields_every_step_and_event_then_stops(
     trained_job: tuple[rft.Client, rft.Job],
 ) -> None:
     client, job = trained_job
-    items = list(client.jobs.stream(job.id, poll_interval=0.1))
+    items = list(client.jobs.stream(job.id))
     assert [item.step for item in items if isinstance(item, rft.Step)] == [1, 2]
     events = [item for item in items if isinstance(item, rft.JobEvent)]
     assert events and len({event.id for event in events}) == len(events)

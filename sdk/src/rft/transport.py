@@ -15,6 +15,8 @@ import os
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,9 @@ INITIAL_RETRY_DELAY_S = 0.5
 MAX_RETRY_DELAY_S = 8.0
 # A server asking for a longer pause than this is better answered with an error.
 MAX_RETRY_AFTER_S = 60.0
+# A stream's server sends a keep-alive at least every 15 s: a shorter read timeout would only
+# break healthy, quiet streams, so streams wait at least this long for the next bytes.
+STREAM_MIN_READ_TIMEOUT_S = 45.0
 
 
 @dataclass
@@ -115,6 +120,38 @@ def connection_error(error: httpx.TransportError) -> APIConnectionError:
     return APIConnectionError(f"connection error: {error!r}", request=error.request)
 
 
+def stream_timeout(timeout: httpx.Timeout) -> httpx.Timeout:
+    """The client's timeouts, with the read timeout raised to outlast the keep-alives."""
+    read = None if timeout.read is None else max(timeout.read, STREAM_MIN_READ_TIMEOUT_S)
+    return httpx.Timeout(connect=timeout.connect, read=read, write=timeout.write, pool=timeout.pool)
+
+
+class StreamedResponse:
+    """An open 2xx response whose body is read as it arrives."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        """The body's bytes; a broken connection or a read timeout raises APIConnectionError."""
+        try:
+            yield from self.response.iter_bytes()
+        except httpx.TransportError as error:
+            raise connection_error(error) from error
+
+
+class AsyncStreamedResponse:
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.response.aiter_bytes():
+                yield chunk
+        except httpx.TransportError as error:
+            raise connection_error(error) from error
+
+
 class SyncTransport:
     def __init__(
         self,
@@ -161,6 +198,35 @@ class SyncTransport:
                 attempt += 1
                 continue
             raise error_from_response(response)
+
+    @contextmanager
+    def stream(self, options: RequestOptions) -> Iterator[StreamedResponse]:
+        """Open ``options`` as a streamed response; closed when the ``with`` block ends.
+
+        One attempt, never retried here: a stream's caller resumes from its own cursor, which
+        a blind resend would not. Failures raise the same errors as :meth:`request`.
+        """
+        request = self._http.build_request(
+            options.method,
+            self.base_url + options.path,
+            params=_without_none(options.params),
+            headers={**self._headers, **options.headers},
+            timeout=stream_timeout(self._http.timeout),
+        )
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TransportError as error:
+            raise connection_error(error) from error
+        try:
+            if not response.is_success:
+                try:
+                    response.read()
+                except httpx.TransportError as error:
+                    raise connection_error(error) from error
+                raise error_from_response(response)
+            yield StreamedResponse(response)
+        finally:
+            response.close()
 
 
 class AsyncTransport:
@@ -209,3 +275,28 @@ class AsyncTransport:
                 attempt += 1
                 continue
             raise error_from_response(response)
+
+    @asynccontextmanager
+    async def stream(self, options: RequestOptions) -> AsyncIterator[AsyncStreamedResponse]:
+        """Open ``options`` as a streamed response; see :meth:`SyncTransport.stream`."""
+        request = self._http.build_request(
+            options.method,
+            self.base_url + options.path,
+            params=_without_none(options.params),
+            headers={**self._headers, **options.headers},
+            timeout=stream_timeout(self._http.timeout),
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as error:
+            raise connection_error(error) from error
+        try:
+            if not response.is_success:
+                try:
+                    await response.aread()
+                except httpx.TransportError as error:
+                    raise connection_error(error) from error
+                raise error_from_response(response)
+            yield AsyncStreamedResponse(response)
+        finally:
+            await response.aclose()

@@ -17,7 +17,7 @@ from rft.cli.files import config_to_yaml, read_config, read_job_spec
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
-from rft.models import Completion, Job
+from rft.models import Completion, Job, Step
 
 app = typer.Typer(help="rft: GRPO reinforcement fine-tuning as a service.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
@@ -171,21 +171,42 @@ def cancel_job(context: typer.Context, job_id: str) -> None:
 def watch_job(
     context: typer.Context,
     job_id: str,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 1.0,
+    interval: Annotated[
+        float, typer.Option(help="Least seconds between redraws (updates arrive live).")
+    ] = 0.2,
 ) -> None:
     """A live table of the total reward and each function's recent history, until the job ends."""
     client = client_for(context)
-    steps = client.jobs.steps(job_id)
     job = client.jobs.get(job_id)
+    steps: list[Step] = []
+    drawn_at = 0.0
     with Live(job_view(job, steps), console=console, auto_refresh=False) as live:
-        while not job.status.is_terminal:
-            time.sleep(interval)
+        for item in client.jobs.stream(job_id, include_job_snapshots=True):
+            if isinstance(item, Job):
+                job = item
+            elif isinstance(item, Step):
+                steps = add_step(steps, item)
+            elif item.kind == "resumed" and "checkpoint_step" in item.data:
+                # The job went back to a checkpoint: the steps after it are re-run.
+                checkpoint = int(item.data["checkpoint_step"])
+                steps = [step for step in steps if step.step <= checkpoint]
+            if time.monotonic() - drawn_at >= interval:
+                live.update(job_view(job, steps), refresh=True)
+                drawn_at = time.monotonic()
+        if not job.status.is_terminal:
             job = client.jobs.get(job_id)
-            steps += client.jobs.steps(job_id, after_step=steps[-1].step if steps else 0)
-            live.update(job_view(job, steps), refresh=True)
+        live.update(job_view(job, steps), refresh=True)
     console.print()  # Live leaves the cursor at the table's end when output is not a terminal.
     if job.status.value != "succeeded":
         raise typer.Exit(1)
+
+
+def add_step(steps: list[Step], step: Step) -> list[Step]:
+    """``steps`` with ``step`` appended, replacing any it re-ran."""
+    if steps and steps[-1].step >= step.step:
+        steps = [kept for kept in steps if kept.step < step.step]
+    steps.append(step)
+    return steps
 
 
 # --- config ---------------------------------------------------------------------------------

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeAlias, overload
 
 import httpx
 
+from rft.errors import APIConnectionError, APIStatusError
 from rft.models import (
     Completion,
     ConfigUpdate,
@@ -26,7 +29,14 @@ from rft.models import (
 )
 from rft.pagination import AsyncPageIterator, PageIterator
 from rft.progress import JobProgress, job_progress
-from rft.transport import AsyncTransport, RequestOptions, SyncTransport, new_idempotency_key
+from rft.sse import ServerSentEvent, SSEDecoder
+from rft.transport import (
+    AsyncTransport,
+    RequestOptions,
+    SyncTransport,
+    new_idempotency_key,
+    retry_delay,
+)
 
 DEFAULT_BASE_MODEL = "rft-tiny"
 DEFAULT_POLL_INTERVAL_S = 1.0
@@ -110,6 +120,81 @@ class _WaitClock:
                 f"job {self.job_id} is still {job.status.value} at step {job.steps_completed} "
                 f"after {self.timeout} s"
             )
+
+
+StreamItem: TypeAlias = Step | JobEvent
+StreamItemWithJob: TypeAlias = Step | JobEvent | Job
+
+
+def _warn_poll_interval(poll_interval: float | None) -> None:
+    if poll_interval is not None:
+        warnings.warn(
+            "stream(poll_interval=...) is deprecated and ignored: the stream is pushed by the "
+            "server",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+class _JobStream:
+    """What the sync and async streams share: the request, the cursor, the retry budget.
+
+    The cursor is the ``id`` of the last complete message; every (re)connection sends it as
+    Last-Event-ID, so the server resumes both the steps and the events right after it.
+    """
+
+    def __init__(self, job_id: str, *, include_job_snapshots: bool, max_retries: int) -> None:
+        self.job_id = job_id
+        self.include_job_snapshots = include_job_snapshots
+        self.max_retries = max_retries
+        self.cursor: str | None = None
+        self.failures = 0  # consecutive, since the cursor last moved
+        self.ended = False
+
+    def request(self) -> RequestOptions:
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if self.cursor:
+            headers["Last-Event-ID"] = self.cursor
+        return RequestOptions("GET", f"/v1/jobs/{self.job_id}/events", headers=headers)
+
+    def receive(self, message: ServerSentEvent) -> StreamItemWithJob | None:
+        """The item a message carries (None for those not yielded); advances the cursor."""
+        if message.id and message.id != self.cursor:
+            # New information: the failures before it were not consecutive with the next.
+            self.cursor = message.id
+            self.failures = 0
+        if message.event == "end":
+            self.ended = True
+            return None
+        if message.event == "step":
+            return Step.model_validate_json(message.data)
+        if message.event == "job":
+            # A snapshot, sent again on every reconnection: not a log entry.
+            return Job.model_validate_json(message.data) if self.include_job_snapshots else None
+        payload = json.loads(message.data)
+        if isinstance(payload, dict) and "id" in payload and "kind" in payload:
+            return JobEvent.model_validate(payload)
+        return None  # a message type this client does not know: skipped
+
+    def disconnected(self, decoder: SSEDecoder) -> None:
+        if decoder.last_event_id:
+            self.cursor = decoder.last_event_id  # an id-only block also moves the cursor
+
+    def early_end(self) -> APIConnectionError:
+        return APIConnectionError(
+            f"the event stream of job {self.job_id} closed before its end message"
+        )
+
+    def backoff(self, error: APIConnectionError | APIStatusError) -> float:
+        """Seconds to wait before reconnecting; raises ``error`` when it is not worth it."""
+        response = error.response if isinstance(error, APIStatusError) else None
+        if response is not None and response.status_code < 500 and response.status_code != 429:
+            raise error  # the request itself is wrong (auth, unknown job, bad cursor)
+        if self.failures >= self.max_retries:
+            raise error
+        delay = retry_delay(self.failures, response)
+        self.failures += 1
+        return delay
 
 
 def _wait_is_over(job: Job, until_step: int | None) -> bool:
@@ -307,27 +392,76 @@ class Jobs:
             if display is not None:
                 display.close()
 
+    @overload
     def stream(
-        self, job_id: str, /, *, poll_interval: float = DEFAULT_POLL_INTERVAL_S
-    ) -> Iterator[Step | JobEvent]:
-        """Yield each new step and event as it is recorded, until the job ends.
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: Literal[False] = False,
+        poll_interval: float | None = None,
+    ) -> Iterator[StreamItem]: ...
 
-        Polls the history endpoints; the status is read before draining, so nothing recorded
-        before the job ended is missed.
+    @overload
+    def stream(
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: bool,
+        poll_interval: float | None = None,
+    ) -> Iterator[StreamItemWithJob]: ...
+
+    def stream(
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: bool = False,
+        poll_interval: float | None = None,
+    ) -> Iterator[StreamItemWithJob]:
+        """Yield the job's steps and events, from its start, live, until the job ends.
+
+        Reads ``GET /v1/jobs/{job_id}/events`` (Server-Sent Events). Steps and events arrive
+        in the order they were recorded; with ``include_job_snapshots`` the job itself is
+        yielded too, on connecting and whenever its status, step count or config versions
+        change (again after a reconnection, being a snapshot). A dropped connection, a
+        timeout or a 5xx is answered by reconnecting with backoff and Last-Event-ID, so no
+        step or event is repeated or lost; more than ``max_retries`` failures in a row
+        without news raise. The iterator stops after the server's ``end`` message.
+
+        A step is yielded again only when the job resumed from a checkpoint (a ``resumed``
+        event) and re-ran it: the new one replaces the old.
+
+        ``poll_interval`` is deprecated and ignored (the server pushes).
         """
-        last_step = 0
-        last_event = 0
+        _warn_poll_interval(poll_interval)
+        state = _JobStream(
+            job_id,
+            include_job_snapshots=include_job_snapshots,
+            max_retries=self._transport.max_retries,
+        )
+        return self._follow(state)
+
+    def _follow(self, state: _JobStream) -> Iterator[StreamItemWithJob]:
         while True:
-            finished = self.get(job_id).status.is_terminal
-            for step in self.steps(job_id, after_step=last_step):
-                last_step = step.step
-                yield step
-            for event in self.events(job_id, after=last_event):
-                last_event = event.id
-                yield event
-            if finished:
-                return
-            time.sleep(poll_interval)
+            decoder = SSEDecoder()
+            error: APIConnectionError | APIStatusError
+            try:
+                with self._transport.stream(state.request()) as response:
+                    for chunk in response.iter_bytes():
+                        for message in decoder.feed(chunk):
+                            item = state.receive(message)
+                            if item is not None:
+                                yield item
+                            if state.ended:
+                                return
+                error = state.early_end()
+            except (APIConnectionError, APIStatusError) as caught:
+                error = caught
+            finally:
+                state.disconnected(decoder)
+            time.sleep(state.backoff(error))
 
 
 class AsyncJobs:
@@ -499,19 +633,59 @@ class AsyncJobs:
             if display is not None:
                 display.close()
 
-    async def stream(
-        self, job_id: str, /, *, poll_interval: float = DEFAULT_POLL_INTERVAL_S
-    ) -> AsyncIterator[Step | JobEvent]:
-        last_step = 0
-        last_event = 0
+    @overload
+    def stream(
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: Literal[False] = False,
+        poll_interval: float | None = None,
+    ) -> AsyncIterator[StreamItem]: ...
+
+    @overload
+    def stream(
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: bool,
+        poll_interval: float | None = None,
+    ) -> AsyncIterator[StreamItemWithJob]: ...
+
+    def stream(
+        self,
+        job_id: str,
+        /,
+        *,
+        include_job_snapshots: bool = False,
+        poll_interval: float | None = None,
+    ) -> AsyncIterator[StreamItemWithJob]:
+        """``async for`` the job's steps and events until it ends; see :meth:`Jobs.stream`."""
+        _warn_poll_interval(poll_interval)
+        state = _JobStream(
+            job_id,
+            include_job_snapshots=include_job_snapshots,
+            max_retries=self._transport.max_retries,
+        )
+        return self._follow(state)
+
+    async def _follow(self, state: _JobStream) -> AsyncIterator[StreamItemWithJob]:
         while True:
-            finished = (await self.get(job_id)).status.is_terminal
-            for step in await self.steps(job_id, after_step=last_step):
-                last_step = step.step
-                yield step
-            async for event in self.events(job_id, after=last_event):
-                last_event = event.id
-                yield event
-            if finished:
-                return
-            await asyncio.sleep(poll_interval)
+            decoder = SSEDecoder()
+            error: APIConnectionError | APIStatusError
+            try:
+                async with self._transport.stream(state.request()) as response:
+                    async for chunk in response.aiter_bytes():
+                        for message in decoder.feed(chunk):
+                            item = state.receive(message)
+                            if item is not None:
+                                yield item
+                            if state.ended:
+                                return
+                error = state.early_end()
+            except (APIConnectionError, APIStatusError) as caught:
+                error = caught
+            finally:
+                state.disconnected(decoder)
+            await asyncio.sleep(state.backoff(error))

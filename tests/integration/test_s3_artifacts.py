@@ -1,0 +1,92 @@
+"""Checkpoints and adapters in an S3-compatible bucket: a job resumes on a machine that never
+saw its checkpoint, and the adapter downloads through the API."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+from tests.integration.helpers import create_job, upload_jsonl, wait_for, wait_until
+from tests.integration.test_faults import SLOW_REWARD
+from tests.moto_s3 import CREDENTIALS, moto_s3_server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "rft-artifacts"
+
+
+@pytest.fixture(scope="module")
+def s3_stack() -> Iterator[tuple[LocalStack, str]]:
+    with moto_s3_server() as endpoint:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys()).create_bucket(
+            Bucket=BUCKET
+        )
+        state_dir = Path(tempfile.mkdtemp(prefix="rft-s3-"))
+        env = {
+            "RFT_ARTIFACT_STORE": "s3",
+            "RFT_S3_BUCKET": BUCKET,
+            "RFT_S3_ENDPOINT_URL": endpoint,
+            "RFT_S3_REGION": "us-east-1",
+            "RFT_WORKER_LEASE_S": "6",
+            **CREDENTIALS,
+        }
+        with LocalStack(state_dir, workers=1, extra_env=env) as stack:
+            yield stack, endpoint
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _keys() -> dict[str, str]:
+    return {
+        "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, str]) -> None:
+    stack, endpoint = s3_stack
+    with tenant_client(stack) as client:
+        dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
+        job = create_job(
+            client,
+            {
+                "dataset_id": dataset_id,
+                "reward_functions": {"slow": {"source": SLOW_REWARD}},
+                "hyperparameters": {"train_steps": 14, "num_generations": 4, "checkpoint_every": 4},
+            },
+        )
+        wait_until(client, job["id"], lambda j: j["steps_completed"] >= 6)
+        stack.kill_worker(stack.workers[0])
+        # The replacement worker is "another machine": nothing of the job is on its disk.
+        shutil.rmtree(stack.state_dir / "artifacts" / job["id"], ignore_errors=True)
+        stack.start_worker()
+
+        job = wait_for(client, job["id"], timeout_s=300)
+        assert job["status"] == "succeeded", job["failure_reason"]
+        steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+        assert [s["step"] for s in steps] == list(range(1, 15))
+
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys())
+        keys = {
+            item["Key"]
+            for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"rft/{job['id']}/")["Contents"]
+        }
+        assert f"rft/{job['id']}/checkpoint-4/trainer_state.json" in keys
+        assert f"rft/{job['id']}/adapter/adapter_model.safetensors" in keys
+
+        # Off the worker's disk entirely: the API serves the adapter from the bucket.
+        shutil.rmtree(stack.state_dir / "artifacts" / job["id"], ignore_errors=True)
+        response = client.get(f"/v1/jobs/{job['id']}/adapter.tar.gz")
+        assert response.status_code == 200, response.text
+        with tarfile.open(fileobj=io.BytesIO(response.content)) as archive:
+            names = archive.getnames()
+        assert f"{job['id']}-adapter/adapter_config.json" in names
+        assert f"{job['id']}-adapter/adapter_model.safetensors" in names
