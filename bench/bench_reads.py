@@ -32,6 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import contextlib
+
 import httpx
 from sqlalchemy import text
 from synthetic import (  # type: ignore[import-not-found]
@@ -180,6 +182,23 @@ def stop_server(server: Server) -> None:
     except subprocess.TimeoutExpired:  # stuck on the pool deadlock: it would never exit
         os.killpg(server.process.pid, 9)
         server.process.wait()
+
+
+def settle(server: Server, limit_s: float = 180) -> float:
+    """Wait until the server has worked off requests whose clients gave up; seconds waited.
+
+    wrk closes its connections at the end of a run, but the server still runs what it had
+    accepted: without this the next run would measure the previous one's backlog.
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        probe = time.perf_counter()
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"{server.url}/healthz", timeout=limit_s)
+        if time.perf_counter() - probe < 0.05:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def log_errors(log: Path) -> str:
@@ -366,7 +385,7 @@ def main() -> None:
         print(f"   ({args.connections} connections, {args.seconds:.0f} s, {generator}) ==")
         print(
             f"{'endpoint':<38} {'server':<40} {'1 client p50/p99 ms':>20} "
-            f"{'loaded p50/p99 ms':>18} {'req/s':>7} {'errors':>6}"
+            f"{'loaded p50/p99 ms':>18} {'req/s':>7} {'errors':>6} {'drain s':>7}"
         )
         # One server at a time: each holds up to 30 connections per process, and Postgres
         # allows 100. Every endpoint unloaded first: a stuck server would spoil those too.
@@ -388,11 +407,12 @@ def main() -> None:
                         load = loaded_httpx(
                             server.url, key, endpoint_paths, args.seconds, args.connections
                         )
+                    drained = settle(server)
                     p50, p99 = quiet[endpoint]
                     print(
                         f"{endpoint:<38} {server.name:<40} {p50 * 1000:>9.1f}/{p99 * 1000:<9.1f} "
                         f"{load.p50_s * 1000:>8.1f}/{load.p99_s * 1000:<8.1f} "
-                        f"{load.requests_per_s:>7.0f} {load.errors:>6}",
+                        f"{load.requests_per_s:>7.0f} {load.errors:>6} {drained:>6.1f}",
                         flush=True,
                     )
             finally:
