@@ -1,36 +1,44 @@
-"""The API with its worker-thread pool no larger than its database connection pool.
+"""The API with at most 25 requests in flight, the rest waiting in the event loop.
 
-FastAPI runs sync endpoints and sync ``yield`` dependencies (the request's session) in anyio's
-thread pool, 40 threads by default; SQLAlchemy's pool holds 10 + 20 overflow connections. Under
-200 concurrent requests 40 threads can each wait for a connection while the requests holding
-all 30 connections wait for a thread to run their session's exit (commit, close): nobody
-moves until the pool's 30 s timeout. bench_reads.py serves this app next to the stock one to
-show the effect of capping the threads below the pool size; the lasting fix belongs in
-service/ (see bench/README.md).
+Why: under 200 concurrent requests the stock API stalls for the connection pool's 30 s
+timeout. A request checks out a database connection in its first sync step (the API key
+lookup) and keeps it until its session closes, several thread-pool hops later; between hops
+it holds no thread. So 30 requests can hold all 30 connections while waiting for a thread,
+and all 40 threads are taken by other requests waiting for a connection: nobody moves
+(the machine sits idle) until checkouts time out. Capping threads does not help (connections
+are held across hops); capping requests in flight below the pool size does. bench_reads.py
+serves this next to the stock app; the lasting fix belongs in service/ (see bench/README.md).
 
 Serve: uvicorn bench.capped_app:app
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+from typing import Any
 
-import anyio.to_thread
+from service.app import app as service_app
 
-from service.app import app as _service_app
-
-# Below the connection pool's 30: a thread never waits for a connection forever.
-THREADS = 25
+# Below the pool's 10 + 20 connections, so a request in flight always gets one.
+IN_FLIGHT = 25
 
 
-@asynccontextmanager
-async def _capped(app: object) -> AsyncIterator[None]:
-    anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
-    async with _original_lifespan(app):
-        yield
+class InFlightLimit:
+    """Pure ASGI middleware: at most ``limit`` HTTP requests past this point at once."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._semaphore is None:  # created in the server's event loop
+            self._semaphore = asyncio.Semaphore(self.limit)
+        async with self._semaphore:
+            await self.app(scope, receive, send)
 
 
-_original_lifespan = _service_app.router.lifespan_context
-_service_app.router.lifespan_context = _capped
-app = _service_app
+app = InFlightLimit(service_app, IN_FLIGHT)

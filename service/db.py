@@ -26,8 +26,14 @@ def to_sqlalchemy_url(url: str) -> str:
 
 @lru_cache
 def get_engine() -> Engine:
-    url = to_sqlalchemy_url(get_settings().require_database_url())
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    settings = get_settings()
+    return create_engine(
+        to_sqlalchemy_url(settings.require_database_url()),
+        pool_pre_ping=True,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_s,
+    )
 
 
 @lru_cache

@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return render_error(exc)
 
     @app.exception_handler(OperationalError)
-    async def _database_unavailable(_: Request, exc: OperationalError) -> JSONResponse:
-        # A lost connection or a restarting server is transient: tell clients to retry.
+    @app.exception_handler(SQLAlchemyTimeoutError)
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        # A lost connection, a restarting server or an exhausted pool is transient: tell
+        # clients to retry.
         logger.warning("database unavailable: %s", exc)
         return render_error(
             ServiceUnavailable(

@@ -64,6 +64,17 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         10 * 1024 * 1024, description="Largest JSON request body (uploads have their own limit)."
     )
+    max_requests_in_flight: int = Field(
+        24,
+        ge=1,
+        description="API requests served at once per process; more wait at the door. Keep it "
+        "below db_pool_size + db_max_overflow.",
+    )
+    db_pool_size: int = Field(10, ge=1)
+    db_max_overflow: int = Field(20, ge=0)
+    db_pool_timeout_s: float = Field(
+        5.0, gt=0, description="Waiting longer for a connection answers 503, not a hang."
+    )
     log_format: Literal["text", "json"] = "text"
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."

@@ -27,6 +27,7 @@ from service.models import Checkpoint
 from service.reward_functions.scoring import sandbox_settings
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
+from workers.job_watch import JobState, JobWatcher
 from workers.lease import JobHeartbeat
 from workers.metrics import observe_step
 from workers.recording import BackgroundWriter, store_step, with_database_retries
@@ -68,10 +69,19 @@ def load_reward_config(session: Session, job_id: str, version: int) -> RewardCon
 class DatabaseObserver:
     """The training loop's view of the job row: records steps, reads cancel and config."""
 
-    def __init__(self, job_id: str, breaker: RewardCircuitBreaker, store: ArtifactStore) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        breaker: RewardCircuitBreaker,
+        store: ArtifactStore,
+        watcher: JobWatcher | None = None,
+    ) -> None:
         self.job_id = job_id
         self.breaker = breaker
         self.store = store
+        # Cancel, pause and config changes arrive through the watcher; without one (or before
+        # its first read) the job row is read here, once per step.
+        self.watcher = watcher
         # Steps and checkpoints are stored off the training thread, in order; close() waits
         # for them, so the job's final status is set only once all its rows are stored.
         self.writer = BackgroundWriter(job_id)
@@ -122,33 +132,43 @@ class DatabaseObserver:
 
         with_database_retries(write, what="recording a rejected config")
 
-    def should_stop(self) -> str | None:
-        if self.breaker.tripped:
-            return self.breaker.tripped
+    def _job_state(self) -> JobState | None:
+        if self.watcher is not None and self.watcher.state is not None:
+            return self.watcher.state
 
-        def read() -> str | None:
+        def read() -> JobState | None:
             with session_scope() as session:
                 job = JobRepository(session).get_any_tenant(self.job_id)
                 if job is None:
-                    return "the job was deleted"
-                if job.worker_id != WORKER_ID:
-                    # Another worker took the job over (we were presumed dead): stop quietly.
-                    return LEASE_LOST
-                if job.status != JobStatus.RUNNING.value:
-                    return job.status
-                return None
+                    return None
+                return JobState(job.status, job.worker_id, job.config_version)
 
-        return with_database_retries(read, what="checking for cancellation")
+        return with_database_retries(read, what="reading the job's state")
+
+    def should_stop(self) -> str | None:
+        if self.breaker.tripped:
+            return self.breaker.tripped
+        state = self._job_state()
+        if state is None:
+            return "the job was deleted"
+        if state.worker_id != WORKER_ID:
+            # Another worker took the job over (we were presumed dead): stop quietly.
+            return LEASE_LOST
+        if state.status != JobStatus.RUNNING.value:
+            return state.status
+        return None
 
     def poll_reward_config(self, current_version: int) -> RewardConfig | None:
-        def read() -> RewardConfig | None:
-            with session_scope() as session:
-                job = JobRepository(session).get_any_tenant(self.job_id)
-                if job is None or job.config_version <= current_version:
-                    return None
-                return load_reward_config(session, self.job_id, job.config_version)
+        state = self._job_state()
+        if state is None or state.config_version <= current_version:
+            return None
+        version = state.config_version
 
-        return with_database_retries(read, what="polling the reward config")
+        def read() -> RewardConfig:
+            with session_scope() as session:
+                return load_reward_config(session, self.job_id, version)
+
+        return with_database_retries(read, what="loading the new reward config")
 
 
 def _start(job_id: str) -> Checkpoint | Literal[False] | None:
@@ -276,12 +296,17 @@ def run_training_job(job_id: str) -> None:
     if started is False:
         return
     settings = get_settings()
-    with JobHeartbeat(job_id, WORKER_ID, interval_s=max(0.5, settings.worker_lease_s / 6)):
-        _train(job_id, settings, started)
+    with (
+        JobHeartbeat(job_id, WORKER_ID, interval_s=max(0.5, settings.worker_lease_s / 6)),
+        JobWatcher(job_id, settings.require_database_url()) as watcher,
+    ):
+        _train(job_id, settings, started, watcher)
     _release(job_id)
 
 
-def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> str | None:
+def _train(
+    job_id: str, settings: Settings, resume_from: Checkpoint | None, watcher: JobWatcher
+) -> str | None:
     """Run the training and set the final status. Returns why it stopped early, if it did."""
     sandbox: RewardSandbox | None = None
     try:
@@ -297,6 +322,7 @@ def _train(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> s
                 patience=hyperparameters.reward_error_patience,
             ),
             store,
+            watcher,
         )
         try:
             sandbox = _open_sandbox(plan, settings)

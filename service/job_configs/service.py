@@ -26,7 +26,7 @@ from service.jobs.status import JobStatus
 from service.models import Job, JobConfigVersion, RewardFunctionVersion
 from service.reward_functions.scoring import score_once
 from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
-from workers.training.reward_dispatch import weighted_total
+from service.reward_functions.totals import weighted_total
 
 
 def label(name: str, version: int) -> str:
@@ -150,6 +150,7 @@ def update_config(
         top_p=update.top_p if update.top_p is not None else current.top_p,
     )
     repository.add_config_version(config)
+    repository.notify_changed(job.id)
     applies_from = job.steps_completed + 1
     repository.add_event(
         job.id,
@@ -180,7 +181,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
     repository = JobRepository(session)
     last_step = job.steps_completed
     completions = (
-        repository.list_completions(job.id, step=last_step, after_id=0, limit=1_000_000)
+        repository.list_completions(job.id, step=last_step, after=None, limit=1_000_000)
         if last_step
         else []
     )

@@ -88,12 +88,15 @@ def list_completions(
     job_id: str,
     step: Annotated[int | None, Query(ge=1)] = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: Annotated[int, Query(ge=0, description="The next_cursor of the previous page.")] = 0,
+    after: Annotated[
+        str | None, Query(max_length=40, description="The next_cursor of the previous page.")
+    ] = None,
 ) -> Page[Completion]:
+    """Completions in (step, id) order; keyset pagination, as fast on the last page as the first."""
     rows = service.list_completions(
-        session, tenant_id, job_id, step=step, after_id=after, limit=limit + 1
+        session, tenant_id, job_id, step=step, after=after, limit=limit + 1
     )
-    return paginate(rows, limit, Completion, lambda item: item.id)
+    return paginate(rows, limit, Completion, lambda item: f"{item.step}:{item.id}")
 
 
 @router.get("/{job_id}/events/history", response_model=Page[JobEvent])

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import RowMapping, delete, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from service.models import (
@@ -19,6 +19,10 @@ from service.models import (
 )
 
 FunctionRecord = TypeVar("FunctionRecord", RewardLog, RewardErrorRecord)
+
+
+# Postgres NOTIFY channel the workers listen on for changes to their jobs.
+JOB_CHANNEL = "rft_jobs"
 
 
 class JobRepository:
@@ -43,6 +47,10 @@ class JobRepository:
         if for_update:
             statement = statement.with_for_update()
         return self.session.scalar(statement)
+
+    def notify_changed(self, job_id: str) -> None:
+        """Wake the job's worker (workers.job_watch): delivered when the transaction commits."""
+        self.session.execute(select(func.pg_notify(JOB_CHANNEL, job_id)))
 
     def get_by_idempotency_key(self, tenant_id: str, key: str) -> Job | None:
         return self.session.scalar(
@@ -113,23 +121,31 @@ class JobRepository:
         return latest
 
     # records
-    def list_steps(self, job_id: str, *, after_step: int, limit: int) -> list[Step]:
-        return list(
-            self.session.scalars(
-                select(Step)
+    def list_steps(self, job_id: str, *, after_step: int, limit: int) -> Sequence[RowMapping]:
+        """Plain rows, not ORM objects: a long run's 1000 steps are read often (graphs, the
+        event stream), and building ORM objects cost more than the query itself."""
+        return (
+            self.session.execute(
+                select(Step.__table__)
                 .where(Step.job_id == job_id, Step.step > after_step)
                 .order_by(Step.step)
                 .limit(limit)
             )
+            .mappings()
+            .all()
         )
 
     def list_completions(
-        self, job_id: str, *, step: int | None, after_id: int, limit: int
+        self, job_id: str, *, step: int | None, after: tuple[int, int] | None, limit: int
     ) -> list[Completion]:
+        """In (step, id) order, after the (step, id) keyset cursor: the (job_id, step, id)
+        index serves every page, with or without a step, however deep."""
         statement = select(Completion).where(Completion.job_id == job_id)
         if step is not None:
             statement = statement.where(Completion.step == step)
-        statement = statement.where(Completion.id > after_id).order_by(Completion.id).limit(limit)
+        if after is not None:
+            statement = statement.where(tuple_(Completion.step, Completion.id) > after)
+        statement = statement.order_by(Completion.step, Completion.id).limit(limit)
         return list(self.session.scalars(statement))
 
     def count_completions(self, job_id: str) -> int:

@@ -3,15 +3,17 @@ of work commits, and the training task is queued only after it has."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from sqlalchemy import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
-from service.errors import Conflict, NotFound
+from service.errors import BadRequest, Conflict, NotFound
 from service.jobs.repository import FunctionRecord, JobRepository
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus, ensure_transition
@@ -21,7 +23,6 @@ from service.models import (
     JobConfigVersion,
     JobEvent,
     RewardFunctionVersion,
-    Step,
     new_id,
 )
 from service.reward_functions.service import (
@@ -127,7 +128,9 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
     if reason is not None:
         job.failure_reason = reason
     message = f"job {target.value}" + (f": {reason}" if reason else "")
-    JobRepository(session).add_event(job.id, "status", message, data={"status": target.value})
+    repository = JobRepository(session)
+    repository.add_event(job.id, "status", message, data={"status": target.value})
+    repository.notify_changed(job.id)
     return job
 
 
@@ -159,17 +162,33 @@ def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
 
 def list_steps(
     session: Session, tenant_id: str, job_id: str, *, after_step: int, limit: int
-) -> list[Step]:
+) -> Sequence[RowMapping]:
     get_job(session, tenant_id, job_id)
     return JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit)
 
 
+def parse_completion_cursor(cursor: str | None) -> tuple[int, int] | None:
+    """``"<step>:<id>"`` as next_cursor gives it; empty or "0" is the first page."""
+    if not cursor or cursor == "0":
+        return None
+    step, _, completion_id = cursor.partition(":")
+    if not (step.isdigit() and completion_id.isdigit()):
+        raise BadRequest(f"invalid cursor {cursor!r}: pass a page's next_cursor as 'after'")
+    return int(step), int(completion_id)
+
+
 def list_completions(
-    session: Session, tenant_id: str, job_id: str, *, step: int | None, after_id: int, limit: int
+    session: Session,
+    tenant_id: str,
+    job_id: str,
+    *,
+    step: int | None,
+    after: str | None,
+    limit: int,
 ) -> list[Completion]:
     get_job(session, tenant_id, job_id)
     return JobRepository(session).list_completions(
-        job_id, step=step, after_id=after_id, limit=limit
+        job_id, step=step, after=parse_completion_cursor(after), limit=limit
     )
 
 

@@ -20,7 +20,7 @@ from service.reward_functions.schemas import (
     Sample,
 )
 from service.reward_functions.scoring import score_once
-from workers.training.reward_dispatch import weighted_total
+from service.reward_functions.totals import weighted_total
 
 # Pre-flight completions: an empty one (a real model produces those) and an ordinary one.
 PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")

@@ -83,6 +83,20 @@ def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
         totals = [c["total"] for c in completions if c["step"] == step["step"]]
         assert step["reward_mean"] == pytest.approx(sum(totals) / len(totals), rel=1e-4)
 
+    # Small pages walk the same rows in (step, id) order, without overlap or gaps.
+    paged: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 5}
+    while True:
+        page = client.get(f"/v1/jobs/{job['id']}/completions", params=params).json()
+        paged.extend(page["data"])
+        if not page["has_more"]:
+            break
+        params["after"] = page["next_cursor"]
+    in_order = sorted(completions, key=lambda c: (c["step"], c["id"]))
+    assert [c["id"] for c in paged] == [c["id"] for c in in_order]
+    bad = client.get(f"/v1/jobs/{job['id']}/completions", params={"after": "x"})
+    assert bad.status_code == 400 and "invalid cursor" in bad.json()["detail"]
+
     # Completions filter by step, and pages do not overlap.
     step_two = all_pages(client, f"/v1/jobs/{job['id']}/completions", step=2)
     assert {c["step"] for c in step_two} == {2}

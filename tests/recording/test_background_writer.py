@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from service.artifacts.storage import artifact_store
 from service.db import session_scope
 from service.models import Checkpoint, Completion, Job, JobEvent, Step
+from service.settings import get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.recording import BackgroundWriter, RecordingFailed, store_step
 from workers.training_job import DatabaseObserver
@@ -91,7 +93,11 @@ def test_a_failed_write_surfaces_at_the_next_submit_and_at_close(job_id: str) ->
 def test_observer_stores_checkpoints_after_the_steps_they_cover(
     job_id: str, tmp_path: Path
 ) -> None:
-    observer = DatabaseObserver(job_id, RewardCircuitBreaker(max_error_rate=0.5, patience=3))
+    observer = DatabaseObserver(
+        job_id,
+        RewardCircuitBreaker(max_error_rate=0.5, patience=3),
+        artifact_store(get_settings()),
+    )
     for step in range(1, 6):
         observer.on_step(step_record(step))
     observer.on_checkpoint(5, tmp_path / "checkpoint-5")

@@ -13,7 +13,7 @@ from workers.training.reward_dispatch import (
     DATASET_INDEX_COLUMN,
     RewardDispatcher,
     completion_text,
-    weighted_total,
+    trl_weighted_totals,
 )
 
 from .harness import reward_sandbox
@@ -48,10 +48,20 @@ def test_completion_text_of_plain_and_conversational_completions() -> None:
         ([0.0, None], [1.0, 0.5], 0.0),
     ],
 )
-def test_weighted_total(
+def test_trl_weighted_totals(
     scores: list[float | None], weights: list[float], expected: float | None
 ) -> None:
-    assert weighted_total(scores, weights) == expected
+    assert trl_weighted_totals([scores], weights) == [expected]
+
+
+def test_totals_use_trls_float32_arithmetic() -> None:
+    import torch
+
+    scores = [[0.1234567, 0.7654321], [None, 0.3]]
+    weights = [1.0, 0.02]
+    table = torch.tensor([[0.1234567, 0.7654321], [float("nan"), 0.3]], dtype=torch.float32)
+    expected = (table * torch.tensor(weights).unsqueeze(0)).nansum(dim=1).tolist()
+    assert trl_weighted_totals(scores, weights) == expected
 
 
 def test_dispatcher_scores_in_trl_shape_and_keeps_the_batch() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from sandbox.api import FunctionResult, RewardSandbox, ScoringBatch
 from workers.training.records import RewardConfig
 
@@ -53,14 +55,27 @@ def _message_text(message: dict[str, Any]) -> str:
     return "".join(block.get("text", "") for block in content if isinstance(block, dict))
 
 
-def weighted_total(scores: Sequence[float | None], weights: Sequence[float]) -> float | None:
-    """Sum of weight * score over the functions that gave a score; None when none did.
+def trl_weighted_totals(
+    scores: Sequence[Sequence[float | None]], weights: Sequence[float]
+) -> list[float | None]:
+    """Totals computed exactly as TRL weighs several reward functions: a float32 nansum of
+    weight * score, with rows no function scored left as None (TRL: NaN, advantage 0).
 
-    None (not 0) keeps an unscorable sample out of its group's baseline: TRL turns it into NaN
-    and gives it advantage 0.
+    Doing the same float32 arithmetic keeps a service run identical, step for step, to a plain
+    TRL script given the same functions and reward_weights; a float64 sum flips a sampled
+    token within a few dozen steps.
+
+    ``scores[i][f]`` is function f's score for sample i.
     """
-    present = [w * s for s, w in zip(scores, weights, strict=True) if s is not None]
-    return math.fsum(present) if present else None
+    if not scores:
+        return []
+    table = torch.tensor(
+        [[math.nan if s is None else s for s in row] for row in scores], dtype=torch.float32
+    )
+    weighted = table * torch.tensor(list(weights), dtype=torch.float32).unsqueeze(0)
+    totals = weighted.nansum(dim=1).tolist()
+    unscorable = torch.isnan(table).all(dim=1).tolist()
+    return [None if empty else total for total, empty in zip(totals, unscorable, strict=True)]
 
 
 class RewardDispatcher:
@@ -107,10 +122,10 @@ class RewardDispatcher:
 
         names = [spec.name for spec in config.functions]
         weights = [spec.weight for spec in config.functions]
-        totals = [
-            weighted_total([function_score(results, name, i) for name in names], weights)
-            for i in range(len(texts))
-        ]
+        totals = trl_weighted_totals(
+            [[function_score(results, name, i) for name in names] for i in range(len(texts))],
+            weights,
+        )
         self.last_generation = ScoredGeneration(
             step=step,
             config_version=config.version,
