@@ -1,9 +1,7 @@
 """Read latency at scale: a 1000-step job with 256k completions, 200 concurrent clients.
 
-Loads a synthetic job straight into Postgres (COPY), then starts the API three ways, side by
-side: what `rft-server api` runs (one uvicorn process, access log on), and the same app with at
-most 25 requests in flight (bench/capped_app.py, see there why) in one process and with
-`--workers 2`. For each endpoint it measures
+Loads a synthetic job straight into Postgres (COPY), then starts the API as `rft-server api`
+runs it, in one process and with `--workers 2`, side by side. For each endpoint it measures
 - unloaded: one client, requests one after another (p50/p99);
 - loaded: 200 concurrent connections for a few seconds (wrk when installed, else an asyncio +
   httpx load generator), p50/p99 and requests/s; endpoints interleaved across servers.
@@ -128,22 +126,12 @@ class Server:
 
 
 def server_configs() -> list[Server]:
-    bin_dir = Path(sys.executable).parent
-    # bench.capped_app: the same app with at most 25 requests in flight (see there why).
-    capped = [
-        sys.executable, "-m", "uvicorn", "bench.capped_app:app", "--host", "127.0.0.1",
-        "--no-access-log",
-    ]  # fmt: skip
+    command = [str(Path(sys.executable).parent / "rft-server"), "api", "--host", "127.0.0.1"]
     return [
         Server(name, [*args, "--port", str(port)], port)
         for name, args, port in (
-            (
-                "rft-server api (stock)",
-                [str(bin_dir / "rft-server"), "api", "--host", "127.0.0.1"],
-                free_port(),
-            ),
-            ("1 process, 25 in flight, no access log", capped, free_port()),
-            ("--workers 2, 25 in flight, no access log", [*capped, "--workers", "2"], free_port()),
+            ("rft-server api", command, free_port()),
+            ("rft-server api --workers 2", [*command, "--workers", "2"], free_port()),
         )
     ]
 
@@ -367,9 +355,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--unloaded", type=int, default=100, help="requests per endpoint")
-    parser.add_argument(
-        "--skip-stock", action="store_true", help="leave out the stock server (it stalls ~2 min)"
-    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     print(f"load average at start: {os.getloadavg()}")
@@ -393,8 +378,6 @@ def main() -> None:
         # One server at a time: each holds up to 30 connections per process, and Postgres
         # allows 100. Every endpoint unloaded first: a stuck server would spoil those too.
         for server in server_configs():
-            if args.skip_stock and "stock" in server.name:
-                continue
             start_server(server, database_url, work)
             try:
                 headers = {"Authorization": f"Bearer {key}"}
