@@ -216,10 +216,10 @@ def endpoints(job_id: str) -> dict[str, list[str]]:
         "steps (all 1000)": [f"{base}/steps"],
         "completions ?step=N&limit=50": [f"{base}/completions?step={s}&limit=50" for s in steps],
         "completions ?step=N&after= (page 5)": [
-            f"{base}/completions?step={s}&limit=50&after={first_ids[s] + 199}" for s in steps
+            f"{base}/completions?step={s}&limit=50&after={s}:{first_ids[s] + 199}" for s in steps
         ],
         "completions ?after= deep, no step": [
-            f"{base}/completions?limit=50&after={first_ids[s] + 100}" for s in steps
+            f"{base}/completions?limit=50&after={s}:{first_ids[s] + 100}" for s in steps
         ],
         "events/history (limit 50, deep)": [
             f"{base}/events/history?limit=50&after={rng.randrange(EVENTS)}" for _ in range(100)
@@ -296,24 +296,26 @@ def loaded_httpx(url: str, key: str, paths: list[str], seconds: float, connectio
 def explain(job_id: str) -> None:
     print("\n== query plans (EXPLAIN ANALYZE, as the repository issues them) ==")
     with session_scope() as session:
-        after = session.scalar(
-            text("SELECT min(id) + 200000 FROM completions WHERE job_id = :j"), {"j": job_id}
-        )
         page_5 = session.scalar(
             text("SELECT min(id) + 199 FROM completions WHERE job_id = :j AND step = 500"),
             {"j": job_id},
         )
+        deep = session.scalar(
+            text("SELECT min(id) + 100 FROM completions WHERE job_id = :j AND step = 800"),
+            {"j": job_id},
+        )
+        # The repository's keyset: ORDER BY step, id with a (step, id) row comparison.
         for title, where in (
-            ("?step=500&limit=50", "job_id = :j AND step = 500 AND id > 0"),
-            ("?step=500&after=<page 5>", "job_id = :j AND step = 500 AND id > :p"),
-            ("?after=<row 200k>, no step", "job_id = :j AND id > :a"),
+            ("?step=500&limit=50", "job_id = :j AND step = 500"),
+            ("?step=500&after=<page 5>", "job_id = :j AND step = 500 AND (step, id) > (500, :p)"),
+            ("?after=<step 800, row 100>, no step", "job_id = :j AND (step, id) > (800, :d)"),
         ):
             plan = session.execute(
                 text(
                     "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT * FROM completions "
-                    f"WHERE {where} ORDER BY id LIMIT 51"
+                    f"WHERE {where} ORDER BY step, id LIMIT 51"
                 ),
-                {"j": job_id, "a": after, "p": page_5},
+                {"j": job_id, "p": page_5, "d": deep},
             ).scalars()
             print(f"-- {title}")
             for line in plan:
@@ -330,18 +332,18 @@ def profile_steps(tenant_id: str, job_id: str, rounds: int = 20) -> None:
 
     adapter: TypeAdapter[Page[Step]] = TypeAdapter(Page[Step])
     parts: dict[str, list[float]] = {
-        "SQL + ORM objects (1000 Step rows)": [],
-        "pydantic: Page[Step] from ORM (paginate)": [],
+        "SQL, plain rows (1000 steps)": [],
+        "pydantic: Page[Step] from rows (paginate)": [],
         "FastAPI: response_model validate + dump_json": [],
     }
     for _ in range(rounds):
         with session_scope() as session:
             started = time.perf_counter()
             rows = service.list_steps(session, tenant_id, job_id, after_step=0, limit=1001)
-            parts["SQL + ORM objects (1000 Step rows)"].append(time.perf_counter() - started)
+            parts["SQL, plain rows (1000 steps)"].append(time.perf_counter() - started)
             started = time.perf_counter()
             page = paginate(rows, 1000, Step, lambda item: item.step)
-            parts["pydantic: Page[Step] from ORM (paginate)"].append(time.perf_counter() - started)
+            parts["pydantic: Page[Step] from rows (paginate)"].append(time.perf_counter() - started)
         started = time.perf_counter()
         adapter.dump_json(adapter.validate_python(page))
         parts["FastAPI: response_model validate + dump_json"].append(time.perf_counter() - started)
