@@ -316,11 +316,16 @@ def test_fork_bomb_is_capped_and_cleaned_up(sandbox: ProcessSandbox) -> None:
     assert result.scores == [None]
     assert result.errors[0].kind in (RewardErrorKind.TIMEOUT, RewardErrorKind.SANDBOX)
     # The sandbox was replaced and its whole pid namespace went with it (the kernel may take
-    # a moment to reap thousands of processes on a loaded machine).
+    # a moment to reap thousands of processes on a loaded machine). Namespace inode numbers
+    # are reused, so the replacement sandbox may show the same one: its processes don't count.
+    sandbox.score(ScoringBatch(prompts=["p"], completions=["c"], examples=[{}]))
+    replacement = sandbox._workers[0].namespace_init_pid
+    assert replacement is not None
+    spared = _process_tree(replacement)
     deadline = time.monotonic() + 10
-    while _live_processes_in(namespace) and time.monotonic() < deadline:
+    while _live_processes_in(namespace, spared) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _live_processes_in(namespace) == 0
+    assert _live_processes_in(namespace, spared) == 0
 
 
 def test_forks_stop_at_the_process_limit(sandbox: ProcessSandbox) -> None:
@@ -438,10 +443,12 @@ def test_suicide_by_kill_minus_one_is_survived(sandbox: ProcessSandbox) -> None:
     assert [error.kind for error in result.errors] == [RewardErrorKind.KILLED]
 
 
-def _live_processes_in(namespace: str) -> int:
-    """Processes of the host in pid namespace `namespace` that are not zombies."""
+def _live_processes_in(namespace: str, spared: frozenset[int] = frozenset()) -> int:
+    """Processes of the host in pid namespace `namespace` that are not zombies nor spared."""
     count = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) in spared:
+            continue
         try:
             in_namespace = os.readlink(f"/proc/{pid}/ns/pid") == namespace
             with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -450,3 +457,21 @@ def _live_processes_in(namespace: str) -> int:
             continue
         count += in_namespace and state != b"Z"
     return count
+
+
+def _process_tree(root: int) -> frozenset[int]:
+    """``root`` and all its descendants, from the host's /proc."""
+    parents: dict[int, int] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                parents[int(pid)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree = {root}
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= children
+        grew = bool(children)
+    return frozenset(tree)
