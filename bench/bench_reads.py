@@ -41,12 +41,12 @@ from synthetic import (  # type: ignore[import-not-found]
     make_step_record,
 )
 
+from service.bulk import copy_lines
 from service.db import session_scope
 from service.embedded import free_port
 from workers.recording import (
     COMPLETION_COLUMNS,
-    _completion_lines,
-    _copy,
+    completion_copy_lines,
     record_step,
 )
 
@@ -86,8 +86,11 @@ def load_job(tenant_id: str) -> str:
             record_step(session, job_id, _without_completions(template))
             raw = session.connection().connection.driver_connection
             with raw.cursor() as cursor:  # type: ignore[union-attr]
-                _copy(
-                    cursor, "completions", COMPLETION_COLUMNS, _completion_lines(job_id, template)
+                copy_lines(
+                    cursor,
+                    "completions",
+                    COMPLETION_COLUMNS,
+                    completion_copy_lines(job_id, template),
                 )
     with session_scope() as session:
         session.execute(

@@ -37,7 +37,7 @@ from synthetic import (  # type: ignore[import-not-found]
 
 from sandbox.process import create_sandbox
 from sandbox.settings import SandboxSettings
-from service.bulk import copy_rows, without_nul
+from service.bulk import copy_lines, copy_rows, without_nul
 from service.db import session_scope
 from service.demo import demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
@@ -45,8 +45,7 @@ from service.models import Completion, Job, RewardErrorRecord, RewardLog, Step
 from workers.recording import (
     COMPLETION_COLUMNS,
     BackgroundWriter,
-    _completion_lines,
-    _copy,
+    completion_copy_lines,
     store_step,
     with_database_retries,
 )
@@ -130,11 +129,11 @@ def legacy_store_step(job_id: str, record: StepRecord) -> None:
 
 def bare_copy(job_id: str, record: StepRecord) -> None:
     """Only the COPY of the step's completions, rows encoded beforehand: Postgres's share."""
-    lines = _completion_lines(job_id, record)
+    lines = completion_copy_lines(job_id, record)
     with session_scope() as session:
         raw = session.connection().connection.driver_connection
         with raw.cursor() as cursor:  # type: ignore[union-attr]
-            _copy(cursor, "completions", COMPLETION_COLUMNS, lines)
+            copy_lines(cursor, "completions", COMPLETION_COLUMNS, lines)
 
 
 def throughput(steps: int) -> None:

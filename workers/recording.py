@@ -10,23 +10,20 @@ next one while a thread of the writer's own stores it, in order.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.bulk import without_nul
+from service.bulk import NULL, copy_json, copy_line, copy_lines, copy_number, copy_text
 from service.db import session_scope
 from service.jobs.repository import JobRepository
 from service.models import (
@@ -139,35 +136,35 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
     )
     raw = session.connection().connection.driver_connection
     with raw.cursor() as cursor:  # type: ignore[union-attr]
-        _copy(cursor, "completions", COMPLETION_COLUMNS, _completion_lines(job_id, record))
+        copy_lines(cursor, "completions", COMPLETION_COLUMNS, completion_copy_lines(job_id, record))
         errors = [
-            _line(
+            copy_line(
                 job_id,
                 record.step,
                 name,
                 result.version,
                 error.kind.value,
-                _text(error.message),
-                None if error.traceback is None else _text(error.traceback),
+                copy_text(error.message),
+                None if error.traceback is None else copy_text(error.traceback),
                 error.sample_index,
             )
             for name, result in record.function_results.items()
             for error in result.errors
         ]
-        _copy(cursor, "reward_errors", ERROR_COLUMNS, errors)
+        copy_lines(cursor, "reward_errors", ERROR_COLUMNS, errors)
         logs = [
-            _line(
+            copy_line(
                 job_id,
                 record.step,
                 name,
                 result.version,
-                _text(result.logs),
+                copy_text(result.logs),
                 "t" if result.logs_truncated else "f",
             )
             for name, result in record.function_results.items()
             if result.logs
         ]
-        _copy(cursor, "reward_logs", LOG_COLUMNS, logs)
+        copy_lines(cursor, "reward_logs", LOG_COLUMNS, logs)
     _note_progress(session, job_id, record)
 
 
@@ -208,40 +205,7 @@ def _note_progress(session: Session, job_id: str, record: StepRecord) -> None:
         )
 
 
-# COPY's text format, written by hand: psycopg's write_row() costs ~10 us a row in Python
-# (a dumper per value, a Jsonb wrapper per JSON value), which capped recording near 25k rows/s.
-_COPY_ESCAPES = str.maketrans(
-    {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\x00": "\ufffd"}
-)
-_NEEDS_ESCAPE = re.compile("[\\\\\n\r\t\x00]")
-_NULL = "\\N"
-
-
-def _text(value: str) -> str:
-    """A text value in COPY text format (NUL, which Postgres text cannot hold, becomes U+FFFD)."""
-    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
-
-
-def _json(value: Any) -> str:
-    encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    if "\\u0000" in encoded:  # jsonb refuses \u0000: store U+FFFD, as service.bulk does
-        encoded = json.dumps(without_nul(value), ensure_ascii=False, separators=(",", ":"))
-    return _text(encoded)
-
-
-def _number(value: float | None) -> str:
-    if value is None:
-        return _NULL
-    if math.isfinite(value):
-        return repr(float(value))
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def _line(*values: str | int | None) -> str:
-    return "\t".join(_NULL if v is None else str(v) for v in values) + "\n"
-
-
-def _completion_lines(job_id: str, record: StepRecord) -> list[str]:
+def completion_copy_lines(job_id: str, record: StepRecord) -> list[str]:
     # A step's completions share a handful of prompts (one per group): encode each once.
     prompts: dict[int, str] = {}
     head = f"{job_id}\t{record.step}\t{record.config_version}\t"
@@ -249,21 +213,14 @@ def _completion_lines(job_id: str, record: StepRecord) -> list[str]:
     for c in record.completions:
         prompt = prompts.get(id(c.prompt))
         if prompt is None:
-            prompt = prompts[id(c.prompt)] = _json(c.prompt)
-        dataset_index = _NULL if c.dataset_index is None else str(c.dataset_index)
+            prompt = prompts[id(c.prompt)] = copy_json(c.prompt)
+        dataset_index = NULL if c.dataset_index is None else str(c.dataset_index)
         lines.append(
             f"{head}{c.prompt_index}\t{c.group_position}\t{dataset_index}\t{prompt}\t"
-            f"{_text(c.completion)}\t{_json(c.scores)}\t{_number(c.total)}\t"
-            f"{_number(c.advantage)}\t{c.token_count}\n"
+            f"{copy_text(c.completion)}\t{copy_json(c.scores)}\t{copy_number(c.total)}\t"
+            f"{copy_number(c.advantage)}\t{c.token_count}\n"
         )
     return lines
-
-
-def _copy(cursor: Any, table: str, columns: list[str], lines: list[str]) -> None:
-    if not lines:
-        return
-    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-        copy.write("".join(lines))
 
 
 def store_step(job_id: str, record: StepRecord) -> None:

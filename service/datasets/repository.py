@@ -5,7 +5,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from service.bulk import copy_rows
+from service.bulk import copy_into, copy_json, copy_line
 from service.models import Dataset, DatasetRow
 
 
@@ -16,12 +16,11 @@ class DatasetRepository:
     def add(self, dataset: Dataset, rows: list[dict[str, Any]]) -> Dataset:
         self.session.add(dataset)
         self.session.flush()
-        copy_rows(
+        copy_into(
             self.session,
             "dataset_rows",
             ["dataset_id", "row_index", "data"],
-            ((dataset.id, index, row) for index, row in enumerate(rows)),
-            json_columns=["data"],
+            (copy_line(dataset.id, index, copy_json(row)) for index, row in enumerate(rows)),
         )
         return dataset
 
