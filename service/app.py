@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -19,8 +17,6 @@ from service.observability import install_observability
 from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
 from service.ui.endpoints import router as ui_router
-
-logger = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:

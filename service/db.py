@@ -24,6 +24,14 @@ def to_sqlalchemy_url(url: str) -> str:
     return url
 
 
+def to_libpq_url(url: str) -> str:
+    """The other way round, for a raw psycopg connection (the workers' LISTEN)."""
+    for prefix in ("postgresql+psycopg://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
 @lru_cache
 def get_engine() -> Engine:
     settings = get_settings()

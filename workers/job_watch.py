@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from service.db import to_libpq_url
 from service.jobs.repository import JOB_CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -27,18 +28,10 @@ class JobState:
     config_version: int
 
 
-def psycopg_conninfo(database_url: str) -> str:
-    """SQLAlchemy's postgresql+psycopg:// URL as libpq takes it."""
-    for prefix in ("postgresql+psycopg://", "postgres://"):
-        if database_url.startswith(prefix):
-            return "postgresql://" + database_url[len(prefix) :]
-    return database_url
-
-
 class JobWatcher:
     def __init__(self, job_id: str, database_url: str, *, fallback_poll_s: float = 1.0) -> None:
         self.job_id = job_id
-        self.conninfo = psycopg_conninfo(database_url)
+        self.conninfo = to_libpq_url(database_url)
         self.fallback_poll_s = fallback_poll_s
         self._state: JobState | None = None
         self._stopped = threading.Event()

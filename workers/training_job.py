@@ -306,8 +306,8 @@ def run_training_job(job_id: str) -> None:
 
 def _train(
     job_id: str, settings: Settings, resume_from: Checkpoint | None, watcher: JobWatcher
-) -> str | None:
-    """Run the training and set the final status. Returns why it stopped early, if it did."""
+) -> None:
+    """Run the training and set the final status (unless someone else ended the job)."""
     sandbox: RewardSandbox | None = None
     try:
         from workers.training.grpo import run_grpo
@@ -336,7 +336,7 @@ def _train(
     except Exception as exc:
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
-        return None
+        return
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -345,7 +345,6 @@ def _train(
     elif outcome.stop_reason is None:
         _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
     # Otherwise someone else ended or paused the job: their status stands.
-    return outcome.stop_reason
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from sandbox.api import RewardCodeError, RewardFunctionSpec
+from sandbox.api import RewardCodeError, RewardForm, RewardFunctionSpec
 from service.datasets.repository import DatasetRepository
 from service.errors import BadRequest, Conflict, InvalidRewardFunction, PreconditionFailed
 from service.job_configs.schemas import (
@@ -85,12 +85,13 @@ def parse_if_match(value: str | None) -> int | None:
         ) from None
 
 
-def _validate(session: Session, job: Job, update: JobConfigUpdate) -> None:
+def _validate(session: Session, job: Job, update: JobConfigUpdate) -> dict[str, RewardForm]:
     """The same checks as at job creation: broken code is a 400 naming the function."""
-    check_reward_functions(update.reward_functions)
+    forms = check_reward_functions(update.reward_functions)
     if not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
         preflight(rows, update.reward_functions, allow_network=job.allow_network)
+    return forms
 
 
 def update_config(
@@ -111,7 +112,7 @@ def update_config(
             f"config version {expected} is stale: the current version is {job.config_version}. "
             "Get the config again and re-apply your change."
         )
-    _validate(session, job, update)
+    forms = _validate(session, job, update)
 
     repository = JobRepository(session)
     latest = repository.latest_function_versions(job.id)
@@ -131,7 +132,7 @@ def update_config(
                     name=name,
                     version=version,
                     source=function.source,
-                    form=check_reward_functions({name: function})[name].value,
+                    form=forms[name].value,
                 )
             )
         if name not in current.reward_functions:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import RowMapping, delete, func, select, tuple_
+from sqlalchemy import RowMapping, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from service.models import (
@@ -148,14 +148,6 @@ class JobRepository:
         statement = statement.order_by(Completion.step, Completion.id).limit(limit)
         return list(self.session.scalars(statement))
 
-    def count_completions(self, job_id: str) -> int:
-        return int(
-            self.session.scalar(
-                select(func.count()).select_from(Completion).where(Completion.job_id == job_id)
-            )
-            or 0
-        )
-
     def add_event(
         self,
         job_id: str,
@@ -214,10 +206,3 @@ class JobRepository:
 
     def get_checkpoint(self, job_id: str, step: int) -> Checkpoint | None:
         return self.session.get(Checkpoint, (job_id, step))
-
-    def delete_records_from_step(self, job_id: str, first_step: int) -> None:
-        """Remove what a lost worker recorded past its last checkpoint, before re-running it."""
-        for model in (Step, Completion):
-            self.session.execute(
-                delete(model).where(model.job_id == job_id, model.step >= first_step)
-            )

@@ -39,7 +39,6 @@ def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[s
 
 
 def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
-    check_reward_functions(functions)  # static errors first: cheaper and clearer
     return [
         RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
         for name, f in functions.items()
@@ -49,6 +48,8 @@ def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpe
 def _run(
     functions: dict[str, RewardFunctionCreate], samples: list[Sample], *, allow_network: bool
 ) -> dict[str, FunctionResult]:
+    """Score in a sandbox functions that passed check_reward_functions (its errors are
+    cheaper and clearer than a load failure)."""
     try:
         return score_once(
             _specs(functions),
@@ -75,6 +76,7 @@ def dataset_samples(
 def try_reward_functions(
     session: Session, tenant_id: str, request: RewardFunctionTest
 ) -> RewardFunctionTestResult:
+    forms = check_reward_functions(request.reward_functions)
     if request.samples is not None:
         samples = request.samples
     else:
@@ -82,15 +84,15 @@ def try_reward_functions(
         completions = request.completions or [""] * request.rows
         samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
     results = _run(request.reward_functions, samples, allow_network=request.allow_network)
-    return _describe(request.reward_functions, samples, results)
+    return _describe(request.reward_functions, forms, samples, results)
 
 
 def _describe(
     functions: dict[str, RewardFunctionCreate],
+    forms: dict[str, RewardForm],
     samples: list[Sample],
     results: dict[str, FunctionResult],
 ) -> RewardFunctionTestResult:
-    forms = check_reward_functions(functions)
     names = list(functions)
     weights = [functions[name].weight for name in names]
     totals = [
@@ -129,9 +131,10 @@ def preflight(
     *,
     allow_network: bool,
 ) -> None:
-    """Reject (400, naming the function) functions that cannot run at all: they fail to load,
-    or fail on every pre-flight sample. Failing on some samples is the user's business: those
-    samples get no score in training, and the error is recorded."""
+    """Reject (400, naming the function) functions, already statically checked, that cannot
+    run at all: they fail to load, or fail on every pre-flight sample. Failing on some
+    samples is the user's business: those samples get no score in training, and the error
+    is recorded."""
     samples = [
         Sample(prompt=row["prompt"], completion=completion, example=row)
         for row in rows[:PREFLIGHT_ROWS]
