@@ -16,11 +16,13 @@ A `text/event-stream` that replays the job's history, then follows it live until
 
 Messages (each `data:` is JSON):
 - `event: step` - a step, exactly as an item of `GET /v1/jobs/{job_id}/steps`;
-- `event: job` - the job, on connect and whenever its status, steps_completed or config
-  versions change;
+- `event: job` - the job, on connect, whenever its status, steps_completed or config
+  versions change, and once more (final) right before `end`;
 - `event: <kind>` - a job event (`status`, `config_stored`, `config_applied`,
   `checkpoint`, ...), as an item of `GET /v1/jobs/{job_id}/events/history`;
-- `event: end` - the job is terminal and everything was sent; the server then closes.
+- `event: end` - the job is terminal, its worker has let go of it (after a cancel the
+  worker still records the step it was computing and its checkpoint) and everything was
+  sent; the server then closes.
 
 Every message's `id:` is a cursor `s<last step>.e<last event id>`; send the last one back
 as the `Last-Event-ID` header (or `?after=`) to resume without duplicates. Comment lines

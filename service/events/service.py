@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from starlette.concurrency import run_in_threadpool
 
@@ -23,15 +23,11 @@ from service.jobs.repository import JobRepository
 from service.jobs.schemas import Job, JobEvent, Step
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
+from service.settings import get_settings
 
 POLL_INTERVAL_S = 0.5
 HEARTBEAT_INTERVAL_S = 15.0
 PAGE_SIZE = 500
-# After a user cancels, the worker still records the step it was computing (it checks for
-# cancellation between steps). The stream waits for that step before it ends: twice the last
-# step's duration, at least MIN and at most MAX seconds.
-CANCEL_SETTLE_MIN_S = 3.0
-CANCEL_SETTLE_MAX_S = 300.0
 
 
 @dataclass
@@ -42,6 +38,10 @@ class JobSnapshot:
     steps: list[Step]
     events: list[JobEvent]
     caught_up: bool
+    # A worker still holds the job's lease: after a cancel it records the step it was
+    # computing and its checkpoint, and only then lets go. A lease whose heartbeat is older
+    # than the lease time belongs to a dead worker and holds nothing back.
+    worker_attached: bool
 
 
 def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnapshot:
@@ -49,7 +49,12 @@ def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnaps
     with session_scope() as session:
         # The job is read first: every step and event it counts is then visible to the reads
         # below, so a terminal job whose reads come back short has nothing left to send.
-        job = Job.model_validate(get_job(session, tenant_id, job_id))
+        row = get_job(session, tenant_id, job_id)
+        job = Job.model_validate(row)
+        lease_cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().worker_lease_s)
+        worker_attached = row.worker_id is not None and (
+            row.heartbeat_at is not None and row.heartbeat_at > lease_cutoff
+        )
         repository = JobRepository(session)
         steps = repository.list_steps(job_id, after_step=cursor.last_step, limit=PAGE_SIZE)
         events = repository.list_events(job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE)
@@ -58,6 +63,7 @@ def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnaps
             steps=[Step.model_validate(step) for step in steps],
             events=[JobEvent.model_validate(event) for event in events],
             caught_up=len(steps) < PAGE_SIZE and len(events) < PAGE_SIZE,
+            worker_attached=worker_attached,
         )
 
 
@@ -69,8 +75,6 @@ class JobFollower:
     job_id: str
     cursor: StreamCursor
     last_job_state: tuple[object, ...] | None = None
-    last_step_duration_s: float = 0.0
-    last_step_at: datetime | None = None
     ended: bool = False
 
     def messages(self, snapshot: JobSnapshot) -> list[ServerSentEvent]:
@@ -85,8 +89,6 @@ class JobFollower:
         for _, record in timeline:
             if isinstance(record, Step):
                 self.cursor = StreamCursor(record.step, self.cursor.last_event_id)
-                self.last_step_duration_s = record.duration_s
-                self.last_step_at = record.created_at
                 messages.append(ServerSentEvent("step", record.model_dump_json(), self.cursor))
             else:
                 last_step = self.cursor.last_step
@@ -98,30 +100,20 @@ class JobFollower:
                 messages.append(ServerSentEvent(record.kind, record.model_dump_json(), self.cursor))
 
         job = snapshot.job
+        terminal = JobStatus(job.status).is_terminal
+        finished = terminal and snapshot.caught_up and not snapshot.worker_attached
         state = (job.status, job.steps_completed, job.config_version, job.applied_config_version)
-        if state != self.last_job_state:
-            # Job state is a snapshot, not a log entry: it is sent on every (re)connect.
+        if state != self.last_job_state or finished:
+            # Job state is a snapshot, not a log entry: it is sent on every (re)connect, and
+            # once more right before `end`, so the last `job` a client sees is the final one.
             self.last_job_state = state
             messages.append(ServerSentEvent("job", job.model_dump_json(), self.cursor))
 
-        if snapshot.caught_up and self._finished(job):
+        if finished:
             self.ended = True
             end = {"status": job.status, "steps_completed": job.steps_completed}
             messages.append(ServerSentEvent("end", json.dumps(end), self.cursor))
         return messages
-
-    def _finished(self, job: Job) -> bool:
-        if not JobStatus(job.status).is_terminal:
-            return False
-        if job.status != JobStatus.CANCELLED.value or job.started_at is None:
-            # Succeeded and failed are written by the worker after its last step; a job
-            # cancelled before it started never records one.
-            return True
-        settle_s = min(CANCEL_SETTLE_MAX_S, max(CANCEL_SETTLE_MIN_S, 2 * self.last_step_duration_s))
-        quiet_since = max(
-            moment for moment in (job.finished_at, self.last_step_at) if moment is not None
-        )
-        return (datetime.now(UTC) - quiet_since).total_seconds() >= settle_s
 
 
 async def open_job_stream(

@@ -11,6 +11,7 @@ import pytest
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from tests.integration.helpers import all_pages, upload_jsonl, wait_for
+from tests.ui.event_stream import messages_until
 
 pytestmark = pytest.mark.integration
 
@@ -131,9 +132,15 @@ def test_cancel_stops_a_running_job(client: httpx.Client) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.3)
     assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
-    time.sleep(3)
-    stopped_at = client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
-    time.sleep(2)
+    # The event stream ends once the worker has let go of the job: nothing is recorded after.
+    with client.stream(
+        "GET", f"/v1/jobs/{job['id']}/events", timeout=httpx.Timeout(60, read=30)
+    ) as response:
+        end = messages_until(response, lambda m: m.event == "end")[-1]
+    assert end.event == "end" and end.json["status"] == "cancelled"
+    stopped_at = end.json["steps_completed"]
+    assert 2 <= stopped_at < 500
+    time.sleep(1)
     final = client.get(f"/v1/jobs/{job['id']}").json()
-    assert final["status"] == "cancelled"
-    assert final["steps_completed"] == stopped_at < 500
+    assert final["status"] == "cancelled" and final["steps_completed"] == stopped_at
+    assert len(client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]) == stopped_at

@@ -427,19 +427,33 @@ def test_environment_holds_only_the_jobs_variables(sandbox: ProcessSandbox) -> N
     assert sandbox.score(text_batch("a", "b", "c"))["environment"].scores == [1.0, 0.0, 1.0]
 
 
-def test_functions_spread_over_parallel_workers() -> None:
-    settings = SandboxSettings(
-        isolation="none", workers=2, call_timeout_s=CALL_TIMEOUT_S, kill_grace_s=0.3
+def test_functions_spread_over_parallel_workers(tmp_path: Path) -> None:
+    settings = SandboxSettings(isolation="none", workers=2, call_timeout_s=10, kill_grace_s=0.3)
+    # Each function marks that it started, then waits for the other's mark: both can see each
+    # other's only if they run at the same time (one worker would time out on the first).
+    rendezvous = (
+        "import os, pathlib, time\n"
+        "def {name}(p, c, e):\n"
+        "    folder = pathlib.Path({folder!r})\n"
+        "    (folder / {name!r}).touch()\n"
+        "    deadline = time.monotonic() + 5\n"
+        "    while time.monotonic() < deadline:\n"
+        "        if len(list(folder.iterdir())) == 2:\n"
+        "            return os.getpid()\n"
+        "        time.sleep(0.01)\n"
+        "    return -1.0\n"
     )
     with ProcessSandbox(settings) as sandbox:
-        sleeper = (
-            "import time, os\ndef {name}(p, c, e):\n    time.sleep(0.3)\n    return os.getpid()\n"
+        sandbox.load(
+            [
+                spec(name, rendezvous.format(name=name, folder=str(tmp_path)))
+                for name in ("one", "two")
+            ]
         )
-        sandbox.load([spec(name, sleeper.format(name=name)) for name in ("one", "two")])
-        started = time.monotonic()
         results = sandbox.score(text_batch("a"))
-        assert time.monotonic() - started < 0.55  # both ran at once
-        assert results["one"].scores != results["two"].scores
+        assert results["one"].scores[0] not in (None, -1.0), "the functions ran one after another"
+        assert results["two"].scores[0] not in (None, -1.0)
+        assert results["one"].scores != results["two"].scores  # two worker processes
         assert list(results) == ["one", "two"]
 
 
