@@ -84,8 +84,9 @@ def bench_warm(isolation: Isolation, batches: list[ScoringBatch]) -> tuple[float
 
 def bench_fresh_process(isolation: Isolation, batch: ScoringBatch, count: int) -> float:
     """Completions per second with one new interpreter (under `isolation`) per completion."""
+    defaults = SandboxSettings(isolation=isolation)
     plan = plan_launch(
-        SandboxSettings(isolation=isolation),
+        SandboxSettings(isolation=isolation, sandbox_uid=defaults.uid_range_first),
         program=[sys.executable, "-I", "-S", "-c", FRESH_PROCESS_SCRIPT],
     )
     started = time.perf_counter()

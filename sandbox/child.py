@@ -537,6 +537,15 @@ def _take_protocol_pipes() -> tuple[int, int]:
     return protocol_in, protocol_out
 
 
+THREAD_COUNT_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+SINGLE_THREADED_LIBRARIES = dict.fromkeys(THREAD_COUNT_VARIABLES, "1")
+
+
 def main() -> None:
     protocol_in, protocol_out = _take_protocol_pipes()
     limits = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
@@ -549,6 +558,10 @@ def main() -> None:
     configuration = _read_frame(protocol_in)
     if configuration is None:
         return
+    # One thread per numeric library unless the job says otherwise: each reward process scores
+    # one batch at a time beside the trainer, and a BLAS pool sized for a 64-core host would
+    # reserve more address space than the memory limit allows.
+    os.environ.update(SINGLE_THREADED_LIBRARIES)
     os.environ.update(configuration.get("env", {}))
     runner = RewardRunner(own_pid_namespace=bool(limits.pop("own_pid_namespace", False)))
     # From here on, anything written to fd 1 or 2 lands in the capture file.

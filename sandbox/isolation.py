@@ -9,7 +9,8 @@ With isolation="bwrap" and a root worker (the normal deployment), the layers are
    directories; plus a fresh /proc, a minimal /dev and a size-limited private /tmp. Nothing
    else of the host exists inside: no /run, no host /tmp, no sockets, no /etc/shadow.
 2. bubblewrap keeps only CAP_SETUID/CAP_SETGID/CAP_SETPCAP for its command, which is
-   `setpriv`: it switches to a real unprivileged host uid, clears the groups, the bounding
+   `setpriv`: it switches to a real unprivileged host uid (one per child, leased from a
+   range by sandbox/uids.py, so per-uid limits are never shared), clears the groups, the bounding
    and inheritable capability sets and sets no_new_privs before exec'ing Python.
 3. The child applies hard rlimits (memory, CPU, processes, open files, file size) before
    any user code runs; as an unprivileged uid it cannot raise them again.
@@ -151,8 +152,8 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     for index, path in enumerate(settings.extra_python_paths):
         if as_root and path.stat().st_mode & 0o005 != 0o005:
             raise SandboxUnavailableError(
-                f"extra_python_paths: {path} is not readable by the sandbox uid "
-                f"{settings.sandbox_uid}; make it world-readable (chmod -R o+rX) or owned by it"
+                f"extra_python_paths: {path} is not readable by the sandbox's unprivileged uid; "
+                "make it world-readable (chmod -R o+rX)"
             )
         inside = f"{INSIDE_PACKAGES}/{index}"
         argv += ["--ro-bind", str(path), inside]
@@ -169,6 +170,8 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     data_files: dict[str, str] = {}
     if as_root:
         uid = settings.sandbox_uid
+        if uid is None:
+            raise ValueError("settings.sandbox_uid is not set: lease one first (sandbox.uids)")
         data_files["/etc/passwd"] = SANDBOX_PASSWD.format(uid=uid)
         data_files["/etc/group"] = SANDBOX_GROUP.format(uid=uid)
         setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
@@ -239,8 +242,10 @@ def spawn(plan: LaunchPlan, **popen_arguments: object) -> SpawnedChild:
 def detect_isolation() -> IsolationCheck:
     """Whether bubblewrap isolation works on this machine (tried once per process)."""
     try:
+        # As root, the probe drops to the first uid sandboxes lease: that uid must be usable.
+        defaults = SandboxSettings(isolation="bwrap")
         plan = plan_launch(
-            SandboxSettings(isolation="bwrap"),
+            SandboxSettings(isolation="bwrap", sandbox_uid=defaults.uid_range_first),
             program=[sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"],
         )
     except SandboxUnavailableError as error:

@@ -21,6 +21,8 @@ import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
 from typing import IO, Any
 
 from sandbox.api import (
@@ -41,13 +43,13 @@ from sandbox.child import (
 )
 from sandbox.inspection import find_reward_entry_point
 from sandbox.isolation import (
-    LaunchPlan,
     SandboxUnavailableError,
     detect_isolation,
     plan_launch,
     spawn,
 )
 from sandbox.settings import SandboxSettings
+from sandbox.uids import NoFreeUidError, UidLease, lease_uid
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +70,13 @@ class WorkerFailure(Exception):
 class SandboxWorker:
     """One warm child process and the pipes to it. Not thread-safe: one request at a time."""
 
-    def __init__(self, plan: LaunchPlan, settings: SandboxSettings, label: str) -> None:
-        self.plan = plan
+    def __init__(self, settings: SandboxSettings, label: str) -> None:
         self.settings = settings
         self.label = label
         self.process: subprocess.Popen[bytes] | None = None
+        # As root, each child runs as a uid of its own (sandbox.uids), leased at every start:
+        # a replacement never shares a uid with the processes of the child it replaces.
+        self.uid_lease: UidLease | None = None
         # Host pid of the pid namespace's init (bwrap only); killing it empties the namespace.
         self.namespace_init_pid: int | None = None
         self.loaded_body: bytes | None = None  # the load request this child has accepted
@@ -90,9 +94,10 @@ class SandboxWorker:
         self._diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         self._inbox = bytearray()
         self.loaded_body = None
+        plan = plan_launch(self._lease_uid())
         try:
             spawned = spawn(
-                self.plan,
+                plan,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._diagnostics,
@@ -119,6 +124,21 @@ class SandboxWorker:
         if not reply.get("ready"):
             self.kill()
             raise SandboxUnavailableError(f"the sandbox process answered {reply!r} at startup")
+
+    def _lease_uid(self) -> SandboxSettings:
+        """The settings to launch with: with a leased uid when the child must drop to one."""
+        settings = self.settings
+        if settings.isolation != "bwrap" or os.geteuid() != 0 or settings.sandbox_uid is not None:
+            return settings
+        try:
+            self.uid_lease = lease_uid(
+                settings.uid_range_first,
+                settings.uid_range_count,
+                settings.uid_lock_dir or Path(tempfile.gettempdir()) / "rft-sandbox-uids",
+            )
+        except (NoFreeUidError, OSError) as error:
+            raise SandboxUnavailableError(f"no sandbox uid to run as: {error}") from error
+        return replace(settings, sandbox_uid=self.uid_lease.uid)
 
     def request(self, frame: bytes, timeout_s: float) -> dict[str, Any]:
         """Send one frame and return the reply; WorkerFailure (child killed) on any fault."""
@@ -256,6 +276,9 @@ class SandboxWorker:
         if self._diagnostics is not None:
             self._diagnostics.close()
             self._diagnostics = None
+        if self.uid_lease is not None:
+            self.uid_lease.release()  # only now that its processes are gone
+            self.uid_lease = None
 
 
 def _parent_of(pid: int) -> int | None:
@@ -315,9 +338,8 @@ class ProcessSandbox(RewardSandbox):
                 "reward code runs WITHOUT isolation (isolation='none'): it can read the worker's "
                 "files and reach its network and sockets; use isolation='bwrap' in production"
             )
-        plan = plan_launch(settings)
         self._workers = [
-            SandboxWorker(plan, settings, f"sandbox-{index}") for index in range(settings.workers)
+            SandboxWorker(settings, f"sandbox-{index}") for index in range(settings.workers)
         ]
         self._specs: list[RewardFunctionSpec] = []
         self._load_frame: bytes | None = None

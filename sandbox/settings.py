@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 Isolation = Literal["bwrap", "none"]
+MAX_UID = 2**32 - 2  # (uid_t)-1 means "unchanged" to setuid
 
 
 @dataclass
@@ -28,7 +29,8 @@ class SandboxSettings:
         default_factory=dict,
         metadata={
             "help": "The job's own environment (its secrets). The child sees only these plus "
-            "PATH, LANG and HOME=/tmp; nothing of the worker's environment leaks in."
+            "PATH, LANG, HOME=/tmp and one-thread defaults for OpenMP/BLAS (the job may set "
+            "them); nothing of the worker's environment leaks in."
         },
     )
     extra_python_paths: list[Path] = field(
@@ -81,11 +83,29 @@ class SandboxSettings:
             "help": "Warm child processes; functions are spread over them and run in parallel."
         },
     )
-    sandbox_uid: int = field(
-        default=65534,
+    sandbox_uid: int | None = field(
+        default=None,
         metadata={
-            "help": "Host uid (and gid) the code runs as when the worker is root. Give "
-            "concurrent jobs different uids: RLIMIT_NPROC counts per uid."
+            "help": "Host uid (and gid) the code runs as when the worker is root. None: each "
+            "sandbox leases a uid of its own from the range below for its lifetime, so "
+            "RLIMIT_NPROC (counted per uid, host-wide) is per sandbox, not shared by all jobs."
+        },
+    )
+    uid_range_first: int = field(
+        default=61000,
+        metadata={
+            "help": "First uid sandboxes lease from. Inside 0-65535 so that it also works "
+            "in containers whose user namespace maps only 65536 ids."
+        },
+    )
+    uid_range_count: int = field(
+        default=4000, metadata={"help": "How many uids sandboxes lease from (open at once)."}
+    )
+    uid_lock_dir: Path | None = field(
+        default=None,
+        metadata={
+            "help": "Where uid leases are locked (default: <tmp>/rft-sandbox-uids). Workers "
+            "sharing a host must share it (or use disjoint ranges)."
         },
     )
     python_prefix: Path | None = field(
@@ -113,6 +133,7 @@ class SandboxSettings:
             "call_timeout_s": self.call_timeout_s,
             "start_timeout_s": self.start_timeout_s,
             "workers": self.workers,
+            "uid_range_count": self.uid_range_count,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -121,6 +142,11 @@ class SandboxSettings:
             raise ValueError("max_open_files below 16 leaves the interpreter unable to start")
         if self.memory_limit_mb < 64:
             raise ValueError("memory_limit_mb below 64 leaves the interpreter unable to start")
+        uids = (self.uid_range_first, self.uid_range_first + self.uid_range_count - 1)
+        if self.sandbox_uid is not None:
+            uids = (self.sandbox_uid, self.sandbox_uid)
+        if uids[0] < 1 or uids[1] > MAX_UID:
+            raise ValueError(f"sandbox uids {uids[0]}-{uids[1]} must lie within 1-{MAX_UID}")
         if self.log_limit_bytes < 0 or self.kill_grace_s < 0:
             raise ValueError("log_limit_bytes and kill_grace_s cannot be negative")
         reserved = {"PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME"}

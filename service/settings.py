@@ -49,6 +49,18 @@ class Settings(BaseSettings):
     )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
     reward_memory_limit_mb: int = Field(1024, ge=64)
+    sandbox_uid_first: int = Field(
+        61000,
+        ge=1,
+        description="Reward processes run as uids leased from this range, one per process, "
+        "so per-uid limits (processes) are never shared between jobs.",
+    )
+    sandbox_uid_count: int = Field(4000, ge=1)
+    sandbox_uid_lock_dir: Path | None = Field(
+        None,
+        description="Where uid leases are locked (default <tmp>/rft-sandbox-uids); workers on "
+        "one host must share it, or use disjoint uid ranges.",
+    )
     worker_lease_s: float = Field(
         60.0,
         gt=0,

@@ -11,6 +11,7 @@ import socket
 import textwrap
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -349,6 +350,78 @@ def test_forks_stop_at_the_process_limit(sandbox: ProcessSandbox) -> None:
     )
     children = only_score(result)
     assert children is not None and children < MAX_PROCESSES
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only when the worker is root")
+def test_a_sandbox_at_its_process_limit_does_not_starve_another() -> None:
+    """RLIMIT_NPROC counts a uid's processes host-wide: each child runs as a uid of its own,
+    so one job holding its whole process quota cannot stop another job's sandbox."""
+    settings = SandboxSettings(isolation="bwrap", call_timeout_s=20, max_processes=MAX_PROCESSES)
+    hog = RewardFunctionSpec(
+        name="hog",
+        source=textwrap.dedent(
+            """
+            import os, time
+            def hog(p, c, e):
+                children = 0
+                while True:
+                    try:
+                        pid = os.fork()
+                    except OSError:
+                        break
+                    if pid == 0:
+                        time.sleep(60)
+                        os._exit(0)
+                    children += 1
+                time.sleep(8)  # hold the quota while the other sandbox starts and forks
+                return children
+            """
+        ),
+    )
+    forker = RewardFunctionSpec(
+        name="forker",
+        source=textwrap.dedent(
+            """
+            import os
+            def forker(p, c, e):
+                for _ in range(5):
+                    if os.fork() == 0:
+                        os._exit(0)
+                    os.wait()
+                return os.getuid()
+            """
+        ),
+    )
+    batch = ScoringBatch(prompts=["p"], completions=["c"], examples=[{}])
+    with ProcessSandbox(settings) as first:
+        first.load([hog])
+        lease = first._workers[0].uid_lease
+        assert lease is not None
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(first.score, batch)
+            deadline = time.monotonic() + 20
+            while _processes_of_uid(lease.uid) < MAX_PROCESSES - 1:
+                assert time.monotonic() < deadline, "the hog never reached its process limit"
+                time.sleep(0.05)
+            with ProcessSandbox(settings) as second:  # starts while the first is at its limit
+                second.load([forker])
+                result = second.score(batch)["forker"]
+            hogged = held.result()["hog"]
+    assert not result.errors, result.errors
+    assert result.scores[0] not in (None, float(lease.uid))
+    assert hogged.scores[0] is not None and hogged.scores[0] < MAX_PROCESSES
+
+
+def _processes_of_uid(uid: int) -> int:
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                real_uid = next(line for line in handle if line.startswith("Uid:")).split()[1]
+        except (OSError, StopIteration):
+            continue
+        count += int(real_uid) == uid
+    return count
 
 
 def test_memory_hog_is_contained(sandbox: ProcessSandbox) -> None:

@@ -427,6 +427,18 @@ def test_environment_holds_only_the_jobs_variables(sandbox: ProcessSandbox) -> N
     assert sandbox.score(text_batch("a", "b", "c"))["environment"].scores == [1.0, 0.0, 1.0]
 
 
+def test_numeric_libraries_default_to_one_thread_unless_the_job_says() -> None:
+    settings = SandboxSettings(isolation="none", env={"OMP_NUM_THREADS": "4"})
+    source = (
+        "import os\n"
+        "def threads(p, c, e):\n"
+        "    return float(os.environ['OMP_NUM_THREADS'] + os.environ['OPENBLAS_NUM_THREADS'])\n"
+    )
+    with ProcessSandbox(settings) as sandbox:
+        sandbox.load([spec("threads", source)])
+        assert sandbox.score(text_batch("a"))["threads"].scores == [41.0]
+
+
 def test_functions_spread_over_parallel_workers(tmp_path: Path) -> None:
     settings = SandboxSettings(isolation="none", workers=2, call_timeout_s=10, kill_grace_s=0.3)
     # Each function marks that it started, then waits for the other's mark: both can see each

@@ -17,7 +17,9 @@ def test_set_sampling_retunes_generation_and_the_loss_log_probs(
     make_spec: Callable[..., TrainingSpec], make_sandbox: Callable[[], RewardSandbox]
 ) -> None:
     spec = make_spec(train_steps=1)
-    trainer = build_trainer(spec, RewardDispatcher(make_sandbox(), spec.reward_config))
+    trainer = build_trainer(
+        spec, RewardDispatcher(make_sandbox(), spec.reward_config, spec.dataset)
+    )
     model: Any = trainer.model.get_base_model()  # type: ignore[union-attr, operator]
     ids = torch.tensor([[1, 40, 50, 60, 70, 2]])
 
@@ -46,7 +48,9 @@ def test_prompts_keep_their_last_max_prompt_length_tokens(
     make_spec: Callable[..., TrainingSpec], make_sandbox: Callable[[], RewardSandbox]
 ) -> None:
     spec = make_spec(train_steps=1, max_prompt_length=4)
-    trainer = build_trainer(spec, RewardDispatcher(make_sandbox(), spec.reward_config))
+    trainer = build_trainer(
+        spec, RewardDispatcher(make_sandbox(), spec.reward_config, spec.dataset)
+    )
     prompt = "Write a long story about a banana and a papaya:"
     tokenizer: Any = trainer.processing_class
     full = tokenizer(text=[prompt])["input_ids"][0]

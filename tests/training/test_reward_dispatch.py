@@ -80,7 +80,11 @@ def _check_dispatcher(sandbox: RewardSandbox) -> None:
             RewardFunctionSpec("picky", SOURCE, weight=2.0, version=5),
         ],
     )
-    dispatcher = RewardDispatcher(sandbox, config)
+    # Rows as uploaded: only row 7 has `bonus`, and `extra` differs in type between rows (an
+    # Arrow dataset would drop one and refuse the other).
+    rows: list[dict[str, Any]] = [{"prompt": "hi", "extra": i} for i in range(8)]
+    rows[7] = {"prompt": "hi", "bonus": 1.0, "extra": {"nested": ["x"]}}
+    dispatcher = RewardDispatcher(sandbox, config, rows)
     dispatcher.load_initial()
     prompt = [{"role": "user", "content": "hi"}]
     completions = [[{"role": "assistant", "content": text}] for text in ("ab", "boom", "skip")]
@@ -89,7 +93,6 @@ def _check_dispatcher(sandbox: RewardSandbox) -> None:
         prompts=[prompt] * 3,
         completions=completions,
         completion_ids=[[1, 2], [3], [4, 5, 6]],
-        bonus=[1.0, 1.0, 1.0],
         **{DATASET_INDEX_COLUMN: [7, 7, 7]},
         trainer_state=None,
         log_metric=print,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -278,3 +279,30 @@ def test_conversational_prompts(make_spec: SpecFactory, make_sandbox: SandboxFac
             assert completion.scores["letter_fraction"] == pytest.approx(
                 letter_fraction(completion.prompt, completion.completion, {"target_letter": "a"})
             )
+
+
+def test_reward_functions_get_each_row_as_uploaded(
+    make_spec: SpecFactory, make_sandbox: SandboxFactory
+) -> None:
+    """Rows need not share columns or types: each example is its own row, nothing padded."""
+    dataset: list[dict[str, object]] = [
+        {"prompt": "Say a:", "answer": 1},
+        {"prompt": "Say b:", "answer": "two", "only_here": True},
+        {"prompt": "Say c:", "answer": {"nested": [1, 2]}},
+        {"prompt": "Say d:"},
+    ]
+    source = """
+import json
+def row_echo(prompt, completion, example):
+    return float(len(json.dumps(example, sort_keys=True)))
+"""
+    config = RewardConfig(version=1, functions=[RewardFunctionSpec("row_echo", source)])
+    outcome, observer = train(
+        make_spec(train_steps=2, dataset=dataset, reward_config=config, prompts_per_step=4),
+        make_sandbox,
+    )
+    assert outcome.steps_completed == 2
+    for record in observer.records:
+        for completion in record.completions:
+            row = dataset[completion.dataset_index]  # type: ignore[index]
+            assert completion.scores["row_echo"] == len(json.dumps(row, sort_keys=True))

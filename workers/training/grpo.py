@@ -86,7 +86,7 @@ def run_grpo(
     On resume, the steps after the checkpoint are run (and reported) again, with the config
     the caller passes in ``spec.reward_config``: give the one in force at the checkpoint.
     """
-    dispatcher = RewardDispatcher(sandbox, spec.reward_config)
+    dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset)
     dispatcher.load_initial()
     trainer = build_trainer(spec, dispatcher)
     logger.info(
@@ -162,7 +162,17 @@ def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
 
 
 def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
-    return Dataset.from_list([{**row, DATASET_INDEX_COLUMN: i} for i, row in enumerate(rows)])
+    """The prompts and each row's index; the reward dispatcher looks the rows up by index.
+
+    Only the prompt goes through Arrow: the other columns reach reward functions exactly as
+    uploaded (any types, any keys per row) from the rows themselves.
+    """
+    return Dataset.from_dict(
+        {
+            "prompt": [row["prompt"] for row in rows],
+            DATASET_INDEX_COLUMN: list(range(len(rows))),
+        }
+    )
 
 
 def _grpo_config(

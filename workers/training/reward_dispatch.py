@@ -20,9 +20,6 @@ REWARD_FUNCTION_NAME = "rft_reward"
 # Added to every dataset row so a completion can be traced back to its row; never shown to users.
 DATASET_INDEX_COLUMN = "__rft_dataset_index__"
 
-# Keyword arguments TRL passes to reward functions that are not dataset columns.
-_TRL_CONTROL_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
-
 
 @dataclass
 class ScoredGeneration:
@@ -35,7 +32,7 @@ class ScoredGeneration:
     prompts: list[Any]
     completions: list[str]
     token_counts: list[int]
-    dataset_indices: list[int | None]
+    dataset_indices: list[int]
     results: dict[str, FunctionResult]
     totals: list[float | None]
 
@@ -83,9 +80,18 @@ class RewardDispatcher:
 
     __name__ = REWARD_FUNCTION_NAME  # TRL names the reward by its callable's __name__
 
-    def __init__(self, sandbox: RewardSandbox, config: RewardConfig) -> None:
+    def __init__(
+        self,
+        sandbox: RewardSandbox,
+        config: RewardConfig,
+        rows: Sequence[dict[str, Any]],
+    ) -> None:
         self._sandbox = sandbox
         self.config = config
+        # The dataset's rows as uploaded. With them, each sample's `example` is its own row,
+        # found by the index column: an Arrow dataset would give every row the first row's
+        # columns, pad dicts with None keys and refuse a column of mixed types.
+        self._rows = rows
         self.last_generation: ScoredGeneration | None = None
 
     def apply_config(self, config: RewardConfig) -> None:
@@ -105,15 +111,11 @@ class RewardDispatcher:
     ) -> list[float | None]:
         config = self.config
         trainer_state = kwargs.get("trainer_state")
-        columns = {k: v for k, v in kwargs.items() if k not in _TRL_CONTROL_KWARGS}
-        dataset_indices: list[int | None] = list(
-            columns.pop(DATASET_INDEX_COLUMN, [None] * len(prompts))
-        )
+        if DATASET_INDEX_COLUMN not in kwargs:
+            raise ValueError(f"the training dataset has no {DATASET_INDEX_COLUMN} column")
+        dataset_indices: list[int] = [int(index) for index in kwargs[DATASET_INDEX_COLUMN]]
         texts = [completion_text(c) for c in completions]
-        examples = [
-            {"prompt": prompt, **{name: values[i] for name, values in columns.items()}}
-            for i, prompt in enumerate(prompts)
-        ]
+        examples = [dict(self._rows[index]) for index in dataset_indices]
         # The step being generated: TRL's global_step counts finished optimizer steps.
         step = trainer_state.global_step + 1 if trainer_state is not None else 0
         results = self._sandbox.score(
