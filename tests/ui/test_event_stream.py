@@ -41,10 +41,19 @@ def test_stream_replays_follows_resumes_and_ends(client: httpx.Client) -> None:
     with client.stream("GET", f"/v1/jobs/{job_id}/events", timeout=STREAM_TIMEOUT) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        # Live: read until a step that did not exist when the stream was opened.
-        seen = messages_until(
-            response, lambda m: m.event == "step" and m.json["step"] > len(recorded)
-        )
+        # Live: read until a step that did not exist when the steps were read, and at least
+        # the first `job` snapshot (it closes the replay batch, which may already hold that
+        # step when the job moved on in between).
+        reached = {"job": False, "newer_step": False}
+
+        def replay_closed_and_a_newer_step(message: Message) -> bool:
+            if message.event == "job":
+                reached["job"] = True
+            if message.event == "step" and message.json["step"] > len(recorded):
+                reached["newer_step"] = True
+            return reached["job"] and reached["newer_step"]
+
+        seen = messages_until(response, replay_closed_and_a_newer_step)
     steps = step_numbers(seen)
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > len(recorded)
     # A replayed step is exactly the item GET /steps returns.

@@ -1,0 +1,52 @@
+"""Event ids of one job become visible in id order, so `id > cursor` readers never skip one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import text
+
+from service.db import session_scope
+from service.jobs.repository import JobRepository
+
+
+def waiting_for_advisory_lock() -> int:
+    with session_scope() as session:
+        return int(
+            session.scalar(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            )
+            or 0
+        )
+
+
+def test_a_second_writer_waits_for_the_first_to_commit(job_id: str) -> None:
+    later_ids: list[int] = []
+
+    def second_writer() -> None:
+        with session_scope() as session:
+            repository = JobRepository(session)
+            repository.add_event(job_id, "second", "added while the first is open")
+            session.flush()
+            later_ids.extend(
+                event.id for event in repository.list_events(job_id, after_id=0, limit=10)
+            )
+
+    with session_scope() as first:
+        JobRepository(first).add_event(job_id, "first", "open transaction")
+        first.flush()
+        writer = threading.Thread(target=second_writer)
+        writer.start()
+        # The second writer must be blocked on the job's event lock, not done already.
+        deadline = time.monotonic() + 30
+        while waiting_for_advisory_lock() == 0:
+            assert writer.is_alive(), "the second writer did not wait for the first"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    writer.join(timeout=30)
+
+    with session_scope() as session:
+        events = JobRepository(session).list_events(job_id, after_id=0, limit=10)
+    assert [event.kind for event in events] == ["first", "second"]  # id order = commit order
+    assert later_ids == [event.id for event in events]
