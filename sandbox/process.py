@@ -48,6 +48,7 @@ from sandbox.isolation import (
     plan_launch,
     spawn,
 )
+from sandbox.redaction import SecretMask
 from sandbox.settings import SandboxSettings
 from sandbox.uids import NoFreeUidError, UidLease, lease_uid
 
@@ -342,6 +343,7 @@ class ProcessSandbox(RewardSandbox):
             SandboxWorker(settings, f"sandbox-{index}") for index in range(settings.workers)
         ]
         self._specs: list[RewardFunctionSpec] = []
+        self._mask = SecretMask(settings.env)
         self._load_frame: bytes | None = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -393,10 +395,14 @@ class ProcessSandbox(RewardSandbox):
             for index, worker in enumerate(self._workers):
                 try:
                     self._load_into(worker, frame, names)
-                except RewardCodeError:
+                except RewardCodeError as error:
                     # Keep every worker on the same functions: roll the ones already done back.
                     for done in self._workers[:index]:
                         self._restart(done)
+                    if self._mask:
+                        raise RewardCodeError(
+                            error.function_name, self._mask.text(error.message)
+                        ) from None
                     raise
             self._specs = specs
             self._load_frame = frame
@@ -453,7 +459,7 @@ class ProcessSandbox(RewardSandbox):
                 ]
             else:
                 results = self._score_in_parallel(specs, frames, count)
-        return {result.name: result for result in results}
+        return {result.name: self._mask.result(result) for result in results}
 
     def _score_in_parallel(
         self, specs: list[RewardFunctionSpec], frames: list[bytes], count: int

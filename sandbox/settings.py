@@ -8,6 +8,10 @@ from typing import Literal
 
 Isolation = Literal["bwrap", "none"]
 MAX_UID = 2**32 - 2  # (uid_t)-1 means "unchanged" to setuid
+# Environment variables the sandbox sets itself; a job's environment cannot override them.
+RESERVED_ENV = frozenset(
+    {"PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME"}
+)
 
 
 @dataclass
@@ -149,7 +153,6 @@ class SandboxSettings:
             raise ValueError(f"sandbox uids {uids[0]}-{uids[1]} must lie within 1-{MAX_UID}")
         if self.log_limit_bytes < 0 or self.kill_grace_s < 0:
             raise ValueError("log_limit_bytes and kill_grace_s cannot be negative")
-        reserved = {"PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME"}
-        clashes = reserved & set(self.env)
+        clashes = RESERVED_ENV & set(self.env)
         if clashes:
             raise ValueError(f"env cannot set {sorted(clashes)}: the sandbox controls them")

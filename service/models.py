@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -115,6 +116,11 @@ class Job(Base):
     steps_completed: Mapped[int] = mapped_column(Integer, default=0)
     allow_network: Mapped[bool] = mapped_column(Boolean, default=False)
     runtime_packages: Mapped[list[str]] = mapped_column(Json, default=list)
+    # Job secrets: one Fernet token (service.secrets), and their names for display.
+    secrets_sealed: Mapped[str | None] = mapped_column(Text, nullable=True)
+    secret_names: Mapped[list[str]] = mapped_column(
+        Json, default=list, server_default=text("'[]'::jsonb")
+    )
     adapter_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)

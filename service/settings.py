@@ -47,6 +47,16 @@ class Settings(BaseSettings):
         description="How reward code is isolated. 'auto' uses bubblewrap and refuses to run "
         "user code without it; 'none' is an insecure development switch.",
     )
+    secrets_key: SecretStr | None = Field(
+        None,
+        description="Fernet key (urlsafe base64, 32 bytes) that encrypts job secrets at rest. "
+        "Unset: the key in secrets_key_file, created on first use.",
+    )
+    secrets_key_file: Path | None = Field(
+        None,
+        description="Default <state_dir>/secrets.key. The API and every worker need the same "
+        "key: share the file (a volume) or set RFT_SECRETS_KEY everywhere.",
+    )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
     reward_memory_limit_mb: int = Field(1024, ge=64)
     sandbox_uid_first: int = Field(

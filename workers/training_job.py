@@ -25,6 +25,7 @@ from service.jobs.service import transition
 from service.jobs.status import JobStatus
 from service.models import Checkpoint
 from service.reward_functions.scoring import sandbox_settings
+from service.secrets import SecretsKeyError, unseal
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.job_watch import JobState, JobWatcher
@@ -242,6 +243,7 @@ class JobPlan:
     spec: TrainingSpec
     allow_network: bool
     runtime_packages: list[str]
+    secrets: dict[str, str]
 
 
 def _plan(
@@ -263,11 +265,16 @@ def _plan(
                 resume_from, store, settings.resolved_artifacts_dir / job_id
             ),
         )
-        return JobPlan(spec, job.allow_network, list(job.runtime_packages or []))
+        return JobPlan(
+            spec,
+            job.allow_network,
+            list(job.runtime_packages or []),
+            unseal(job.secrets_sealed, settings),
+        )
 
 
 def _open_sandbox(plan: JobPlan, settings: Settings) -> ProcessSandbox:
-    config = sandbox_settings(settings, allow_network=plan.allow_network)
+    config = sandbox_settings(settings, allow_network=plan.allow_network, secrets=plan.secrets)
     if plan.runtime_packages:
         packages = install_runtime_packages(
             plan.runtime_packages, plan.spec.output_dir / "runtime-packages"
@@ -349,7 +356,7 @@ def _train(
 
 def describe_failure(exc: BaseException) -> str:
     """One readable line for the job's failure_reason; the traceback goes to the logs."""
-    if isinstance(exc, PackageInstallError):
+    if isinstance(exc, PackageInstallError | SecretsKeyError):
         return str(exc)
     last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = (

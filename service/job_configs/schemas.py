@@ -22,6 +22,7 @@ class JobConfig(BaseModel):
     top_p: float | None
     allow_network: bool
     runtime_packages: list[str]
+    secret_names: list[str] = Field(description="Set at job creation; values are never shown.")
     created_at: datetime
     applied_at_step: int | None = Field(
         description="The first step this version scored; null until the worker applies it."

@@ -27,6 +27,8 @@ from service.models import Job, JobConfigVersion, RewardFunctionVersion
 from service.reward_functions.scoring import score_once
 from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
 from service.reward_functions.totals import weighted_total
+from service.secrets import unseal
+from service.settings import get_settings
 
 
 def label(name: str, version: int) -> str:
@@ -52,6 +54,7 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
         top_p=config.top_p,
         allow_network=job.allow_network,
         runtime_packages=list(job.runtime_packages or []),
+        secret_names=list(job.secret_names or []),
         created_at=config.created_at,
         applied_at_step=config.applied_at_step,
     )
@@ -90,7 +93,12 @@ def _validate(session: Session, job: Job, update: JobConfigUpdate) -> dict[str, 
     forms = check_reward_functions(update.reward_functions)
     if not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
-        preflight(rows, update.reward_functions, allow_network=job.allow_network)
+        preflight(
+            rows,
+            update.reward_functions,
+            allow_network=job.allow_network,
+            secrets=unseal(job.secrets_sealed, get_settings()),
+        )
     return forms
 
 
@@ -205,6 +213,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
                 for c in completions
             ],
             allow_network=job.allow_network,
+            secrets=unseal(job.secrets_sealed, get_settings()),
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
+from service.secrets import JobSecrets
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # A name with optional extras and version clauses: no pip options, URLs or paths, so a job
@@ -86,6 +87,11 @@ class JobCreate(BaseModel):
         description="Extra pip requirements for the reward functions (e.g. 'rapidfuzz>=3'), "
         "installed for this job only before training.",
     )
+    secrets: JobSecrets = Field(
+        default_factory=dict,
+        description="Environment variables for this job's reward functions only (e.g. an API "
+        "key for LLM-as-judge calls). Encrypted at rest, never returned, masked in logs.",
+    )
 
     @field_validator("runtime_packages")
     @classmethod
@@ -119,6 +125,9 @@ class Job(BaseModel):
     steps_completed: int
     allow_network: bool
     runtime_packages: list[str]
+    secret_names: list[str] = Field(
+        description="The job's secrets, by name; values are never shown."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

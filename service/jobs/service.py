@@ -29,6 +29,8 @@ from service.reward_functions.service import (
     check_reward_functions,
     preflight,
 )
+from service.secrets import seal
+from service.settings import get_settings
 from workers.queue import enqueue_training
 
 
@@ -49,6 +51,7 @@ def create_job(
             DatasetRepository(session).rows(payload.dataset_id, limit=PREFLIGHT_ROWS),
             payload.reward_functions,
             allow_network=payload.allow_network,
+            secrets=payload.secrets,
         )
 
     job = Job(
@@ -62,6 +65,8 @@ def create_job(
         config_version=1,
         allow_network=payload.allow_network,
         runtime_packages=payload.runtime_packages,
+        secrets_sealed=seal(payload.secrets, get_settings()),
+        secret_names=sorted(payload.secrets),
         idempotency_key=idempotency_key,
     )
     try:

@@ -5,6 +5,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.jobs.schemas import RewardFunctions
+from service.secrets import JobSecrets
 
 MAX_TEST_SAMPLES = 256
 
@@ -33,6 +34,9 @@ class RewardFunctionTest(BaseModel):
     )
     rows: int = Field(4, ge=1, le=MAX_TEST_SAMPLES, description="Dataset rows to use.")
     allow_network: bool = False
+    secrets: JobSecrets = Field(
+        default_factory=dict, description="Environment for the functions, as a job's secrets."
+    )
 
     @model_validator(mode="after")
     def _one_source_of_samples(self) -> RewardFunctionTest:

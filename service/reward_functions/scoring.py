@@ -12,13 +12,16 @@ from sandbox.settings import Isolation, SandboxSettings
 from service.settings import Settings, get_settings
 
 
-def sandbox_settings(settings: Settings, *, allow_network: bool) -> SandboxSettings:
+def sandbox_settings(
+    settings: Settings, *, allow_network: bool, secrets: dict[str, str]
+) -> SandboxSettings:
     isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
     return SandboxSettings(
         isolation=isolation,
         # Without namespaces there is no network to withhold: the flag only means something
         # under bwrap.
         allow_network=allow_network and isolation == "bwrap",
+        env=dict(secrets),
         memory_limit_mb=settings.reward_memory_limit_mb,
         call_timeout_s=settings.reward_call_timeout_s,
         uid_range_first=settings.sandbox_uid_first,
@@ -34,13 +37,16 @@ def score_once(
     examples: list[dict[str, Any]],
     *,
     allow_network: bool = False,
+    secrets: dict[str, str] | None = None,
     settings: Settings | None = None,
 ) -> dict[str, FunctionResult]:
     """Load ``functions`` into a fresh sandbox, score one batch, stop the sandbox.
 
     Raises RewardCodeError when a function cannot load.
     """
-    config = sandbox_settings(settings or get_settings(), allow_network=allow_network)
+    config = sandbox_settings(
+        settings or get_settings(), allow_network=allow_network, secrets=secrets or {}
+    )
     with ProcessSandbox(config) as sandbox:
         sandbox.load(functions)
         return sandbox.score(

@@ -46,7 +46,11 @@ def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpe
 
 
 def _run(
-    functions: dict[str, RewardFunctionCreate], samples: list[Sample], *, allow_network: bool
+    functions: dict[str, RewardFunctionCreate],
+    samples: list[Sample],
+    *,
+    allow_network: bool,
+    secrets: dict[str, str],
 ) -> dict[str, FunctionResult]:
     """Score in a sandbox functions that passed check_reward_functions (its errors are
     cheaper and clearer than a load failure)."""
@@ -57,6 +61,7 @@ def _run(
             [s.completion for s in samples],
             [{"prompt": s.prompt, **s.example} for s in samples],
             allow_network=allow_network,
+            secrets=secrets,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None
@@ -83,7 +88,12 @@ def try_reward_functions(
         assert request.dataset_id is not None
         completions = request.completions or [""] * request.rows
         samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
-    results = _run(request.reward_functions, samples, allow_network=request.allow_network)
+    results = _run(
+        request.reward_functions,
+        samples,
+        allow_network=request.allow_network,
+        secrets=request.secrets,
+    )
     return _describe(request.reward_functions, forms, samples, results)
 
 
@@ -130,6 +140,7 @@ def preflight(
     functions: dict[str, RewardFunctionCreate],
     *,
     allow_network: bool,
+    secrets: dict[str, str],
 ) -> None:
     """Reject (400, naming the function) functions, already statically checked, that cannot
     run at all: they fail to load, or fail on every pre-flight sample. Failing on some
@@ -140,7 +151,7 @@ def preflight(
         for row in rows[:PREFLIGHT_ROWS]
         for completion in PREFLIGHT_COMPLETIONS
     ]
-    results = _run(functions, samples, allow_network=allow_network)
+    results = _run(functions, samples, allow_network=allow_network, secrets=secrets)
     for name, result in results.items():
         if result.errors and result.failed_samples == len(samples):
             first = result.errors[0]

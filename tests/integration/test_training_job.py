@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
@@ -144,3 +145,31 @@ def test_cancel_stops_a_running_job(client: httpx.Client) -> None:
     final = client.get(f"/v1/jobs/{job['id']}").json()
     assert final["status"] == "cancelled" and final["steps_completed"] == stopped_at
     assert len(client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]) == stopped_at
+
+
+def test_reward_functions_use_the_jobs_secrets_in_training(client: httpx.Client) -> None:
+    secret = "sk-training-5e8d1f0b"
+    dataset_id = upload_jsonl(client, [{"prompt": f"p{i}"} for i in range(4)])
+    source = (
+        "import os\n"
+        "def keyed(prompt, completion, example):\n"
+        "    print('key', os.environ.get('JUDGE_KEY'))\n"
+        f"    return float(os.environ.get('JUDGE_KEY') == {secret!r})\n"
+    )
+    response = client.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": dataset_id,
+            "reward_functions": {"keyed": {"source": source}},
+            "hyperparameters": {"train_steps": 2, "num_generations": 2},
+            "secrets": {"JUDGE_KEY": secret},
+        },
+    )
+    assert response.status_code == 201, response.text
+    job = wait_for(client, response.json()["id"])
+    assert job["status"] == "succeeded", job["failure_reason"]
+    steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+    assert [step["reward_mean"] for step in steps] == [1.0, 1.0]  # the worker's sandbox had it
+    logs = client.get(f"/v1/jobs/{job['id']}/logs").json()["data"]
+    assert logs and all("key [secret JUDGE_KEY]" in log["output"] for log in logs)
+    assert secret not in json.dumps(logs)

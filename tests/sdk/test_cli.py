@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 import rft
 from rft.cli.app import app
+from rft.cli.files import read_job_spec
 from rft.cli.sparkline import sparkline
+from rft.errors import RFTError
 from service.stack import LocalStack
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
 
@@ -156,3 +158,20 @@ def test_bad_job_file_is_explained(cli: CliRunner, tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"reward_functions": {"f": {"source": "x"}}}))
     result = cli.invoke(app, ["jobs", "create", "-f", str(path)])
     assert result.exit_code == 1 and "dataset_id or dataset" in result.output
+
+
+def test_job_file_secrets_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "job.yaml"
+    spec = {
+        "dataset_id": "ds_x",
+        "reward_functions": {"f": {"source": "def f(p, c, e):\n    return 1.0\n"}},
+        "secrets_from_env": ["JUDGE_KEY"],
+    }
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.delenv("JUDGE_KEY", raising=False)
+    with pytest.raises(RFTError, match=r"unset environment variables \['JUDGE_KEY'\]"):
+        read_job_spec(path)
+    monkeypatch.setenv("JUDGE_KEY", "sk-from-env")
+    assert read_job_spec(path)["secrets"] == {"JUDGE_KEY": "sk-from-env"}

@@ -271,3 +271,27 @@ def test_reward_functions_run_in_the_sandbox_without_a_job(rft_client: rft.Clien
     )
     errors = failing.results["boom"].errors
     assert errors and "ZeroDivisionError" in (errors[0].message + (errors[0].traceback or ""))
+
+
+def test_secrets_reach_the_functions_and_come_back_only_as_names(
+    rft_client: rft.Client, dataset: rft.Dataset
+) -> None:
+    source = (
+        "import os\ndef keyed(prompt, completion, example):\n"
+        "    return float(os.environ['JUDGE_KEY'] == 'sk-sdk-0a1b2c3d')\n"
+    )
+    tried = rft_client.reward_functions.test(
+        reward_functions={"keyed": source},
+        samples=[{"prompt": "p", "completion": "c"}],
+        secrets={"JUDGE_KEY": "sk-sdk-0a1b2c3d"},
+    )
+    assert tried.results["keyed"].scores == [1.0]
+    job = rft_client.jobs.create(
+        dataset=dataset,
+        reward_functions={"keyed": source},
+        hyperparameters={"train_steps": 1},
+        secrets={"JUDGE_KEY": "sk-sdk-0a1b2c3d"},
+    )
+    rft_client.jobs.cancel(job.id)
+    assert job.secret_names == ["JUDGE_KEY"]
+    assert rft_client.jobs.get_config(job.id).secret_names == ["JUDGE_KEY"]

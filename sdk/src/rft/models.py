@@ -100,6 +100,7 @@ class Job(BaseModel):
     steps_completed: int
     allow_network: bool
     runtime_packages: list[str] = Field(default_factory=list)
+    secret_names: list[str] = Field(default_factory=list)
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -254,6 +255,7 @@ class JobConfig(BaseModel):
     top_p: float | None = None
     allow_network: bool | None = None
     runtime_packages: list[str] = Field(default_factory=list)
+    secret_names: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
     applied_at_step: int | None = Field(
         None, description="The first step this version scored; None until the worker applies it."

@@ -6,6 +6,7 @@ Reward function sources may be inline (``source``) or in a file next to the YAML
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "reward_functions",
         "hyperparameters",
         "allow_network",
+        "runtime_packages",
+        "secrets_from_env",
     }
     unknown = set(spec) - known
     if unknown:
@@ -66,12 +69,25 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "hyperparameters": spec.get("hyperparameters") or {},
         "name": spec.get("name"),
         "allow_network": bool(spec.get("allow_network", False)),
+        "runtime_packages": [str(p) for p in spec.get("runtime_packages") or []],
+        "secrets": _secrets_from_env(spec.get("secrets_from_env") or [], str(path)),
     }
     if spec.get("dataset_id"):
         job["dataset"] = str(spec["dataset_id"])
     else:
         job["dataset_path"] = path.parent / str(spec["dataset"])
     return job
+
+
+def _secrets_from_env(names: object, where: str) -> dict[str, str]:
+    """Secret values come from the environment of whoever runs the CLI, never from the file
+    (job files get committed)."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise RFTError(f"{where}: secrets_from_env must be a list of environment variable names")
+    missing = [name for name in names if name not in os.environ]
+    if missing:
+        raise RFTError(f"{where}: secrets_from_env names unset environment variables {missing}")
+    return {name: os.environ[name] for name in names}
 
 
 def read_config(path: Path) -> JobConfig:

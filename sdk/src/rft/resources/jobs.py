@@ -51,6 +51,7 @@ def _create_request(
     name: str | None,
     allow_network: bool,
     runtime_packages: Sequence[str],
+    secrets: Mapping[str, str] | None,
     idempotency_key: str | None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
@@ -64,6 +65,7 @@ def _create_request(
         "name": name,
         "allow_network": allow_network,
         "runtime_packages": list(runtime_packages),
+        "secrets": dict(secrets or {}),
     }
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
     headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
@@ -218,6 +220,7 @@ class Jobs:
         name: str | None = None,
         allow_network: bool = False,
         runtime_packages: Sequence[str] = (),
+        secrets: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
     ) -> Job:
         """Start a GRPO job.
@@ -225,6 +228,8 @@ class Jobs:
         ``reward_functions`` maps a name to a Python function, a source string, or
         ``RewardFunction(fn_or_source, weight=...)``. An Idempotency-Key is always sent (a fresh
         one unless given), so retries after a lost response return the same job.
+        ``secrets`` become environment variables of this job's reward functions only (e.g. a
+        judge's API key): stored encrypted, never returned (``Job.secret_names`` lists them).
         """
         options = _create_request(
             dataset=dataset,
@@ -234,6 +239,7 @@ class Jobs:
             name=name,
             allow_network=allow_network,
             runtime_packages=runtime_packages,
+            secrets=secrets,
             idempotency_key=idempotency_key,
         )
         return Job.model_validate(self._transport.request(options).json())
@@ -481,6 +487,7 @@ class AsyncJobs:
         name: str | None = None,
         allow_network: bool = False,
         runtime_packages: Sequence[str] = (),
+        secrets: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
     ) -> Job:
         options = _create_request(
@@ -491,6 +498,7 @@ class AsyncJobs:
             name=name,
             allow_network=allow_network,
             runtime_packages=runtime_packages,
+            secrets=secrets,
             idempotency_key=idempotency_key,
         )
         return Job.model_validate((await self._transport.request(options)).json())

@@ -19,10 +19,12 @@ def _test_request(
     completions: Sequence[str] | None,
     rows: int | None,
     allow_network: bool,
+    secrets: Mapping[str, str] | None,
 ) -> RequestOptions:
     body: dict[str, Any] = {
         "reward_functions": reward_functions_request(reward_functions),
         "allow_network": allow_network,
+        "secrets": dict(secrets or {}),
     }
     if samples is not None:
         body["samples"] = [dict(sample) for sample in samples]
@@ -48,6 +50,7 @@ class RewardFunctions:
         completions: Sequence[str] | None = None,
         rows: int | None = None,
         allow_network: bool = False,
+        secrets: Mapping[str, str] | None = None,
     ) -> RewardFunctionTestResult:
         """Run reward functions in the server's sandbox, without a job.
 
@@ -56,7 +59,7 @@ class RewardFunctions:
         scores, typed errors, printed output and timing.
         """
         options = _test_request(
-            reward_functions, samples, dataset, completions, rows, allow_network
+            reward_functions, samples, dataset, completions, rows, allow_network, secrets
         )
         return RewardFunctionTestResult.model_validate(self._transport.request(options).json())
 
@@ -74,9 +77,10 @@ class AsyncRewardFunctions:
         completions: Sequence[str] | None = None,
         rows: int | None = None,
         allow_network: bool = False,
+        secrets: Mapping[str, str] | None = None,
     ) -> RewardFunctionTestResult:
         options = _test_request(
-            reward_functions, samples, dataset, completions, rows, allow_network
+            reward_functions, samples, dataset, completions, rows, allow_network, secrets
         )
         response = await self._transport.request(options)
         return RewardFunctionTestResult.model_validate(response.json())
