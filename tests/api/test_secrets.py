@@ -21,6 +21,15 @@ USES_SECRET = (
 )
 
 
+def judge_job(dataset_id: str, **fields: object) -> dict[str, object]:
+    return {
+        "dataset_id": dataset_id,
+        "reward_functions": {"judge": {"source": USES_SECRET}},
+        "hyperparameters": {"train_steps": 1},
+        **fields,
+    }
+
+
 @pytest.fixture
 def dataset_id(client: httpx.Client) -> str:
     rows = "\n".join(json.dumps({"prompt": f"p{i}", "expected": SECRET}) for i in range(8))
@@ -30,15 +39,7 @@ def dataset_id(client: httpx.Client) -> str:
 def test_functions_see_their_secrets_and_nobody_sees_the_values(
     stack: LocalStack, client: httpx.Client, dataset_id: str
 ) -> None:
-    response = client.post(
-        "/v1/jobs",
-        json={
-            "dataset_id": dataset_id,
-            "reward_functions": {"judge": {"source": USES_SECRET}},
-            "hyperparameters": {"train_steps": 1},
-            "secrets": {"JUDGE_KEY": SECRET},
-        },
-    )
+    response = client.post("/v1/jobs", json=judge_job(dataset_id, secrets={"JUDGE_KEY": SECRET}))
     # Pre-flight ran the function with the secret: without it, it would fail on every sample.
     assert response.status_code == 201, response.text
     job = response.json()
@@ -56,14 +57,7 @@ def test_functions_see_their_secrets_and_nobody_sees_the_values(
 def test_a_function_that_needs_a_missing_secret_is_refused(
     client: httpx.Client, dataset_id: str
 ) -> None:
-    response = client.post(
-        "/v1/jobs",
-        json={
-            "dataset_id": dataset_id,
-            "reward_functions": {"judge": {"source": USES_SECRET}},
-            "hyperparameters": {"train_steps": 1},
-        },
-    )
+    response = client.post("/v1/jobs", json=judge_job(dataset_id))
     assert response.status_code == 400 and "JUDGE_KEY" in response.json()["detail"]
 
 
@@ -79,14 +73,7 @@ def test_a_function_that_needs_a_missing_secret_is_refused(
 def test_bad_secrets_are_422_naming_them(
     client: httpx.Client, dataset_id: str, secrets: dict[str, str], complaint: str
 ) -> None:
-    response = client.post(
-        "/v1/jobs",
-        json={
-            "dataset_id": dataset_id,
-            "reward_functions": {"judge": {"source": USES_SECRET}},
-            "secrets": secrets,
-        },
-    )
+    response = client.post("/v1/jobs", json=judge_job(dataset_id, secrets=secrets))
     assert response.status_code == 422 and complaint in response.text
 
 
