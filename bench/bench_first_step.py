@@ -112,7 +112,7 @@ def in_process_parts() -> dict[str, float]:
     )
     parts: dict[str, float] = {}
     started = time.perf_counter()
-    sandbox = ProcessSandbox(sandbox_settings(get_settings(), allow_network=False))
+    sandbox = ProcessSandbox(sandbox_settings(get_settings(), allow_network=False, secrets={}))
     dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset)
     dispatcher.load_initial()
     parts["sandbox start + load the reward functions"] = time.perf_counter() - started

@@ -335,7 +335,7 @@ def run_in_process(steps: int, work: Path, *, sandboxed: bool, database: bool) -
     kind = "run_grpo" + (", bwrap sandbox" if sandboxed else ", in-process rewards")
     run = Run(kind + (", DatabaseObserver" if database else ", no database"))
     sandbox: RewardSandbox = (
-        ProcessSandbox(sandbox_settings(get_settings(), allow_network=False))
+        ProcessSandbox(sandbox_settings(get_settings(), allow_network=False, secrets={}))
         if sandboxed
         else InProcessSandbox()
     )

@@ -37,7 +37,15 @@ from synthetic import (  # type: ignore[import-not-found]
 
 from sandbox.process import create_sandbox
 from sandbox.settings import SandboxSettings
-from service.bulk import copy_lines, copy_rows, without_nul
+from service.bulk import (
+    copy_into,
+    copy_json,
+    copy_line,
+    copy_lines,
+    copy_number,
+    copy_text,
+    without_nul,
+)
 from service.db import session_scope
 from service.demo import demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
@@ -77,28 +85,27 @@ def legacy_record_step(session: object, job_id: str, record: StepRecord) -> None
         )
     )
     session.flush()
-    copy_rows(
+    copy_into(
         session,
         "completions",
         COMPLETION_COLUMNS,
         (
-            (
+            copy_line(
                 job_id,
                 record.step,
                 record.config_version,
                 c.prompt_index,
                 c.group_position,
                 c.dataset_index,
-                c.prompt,
-                c.completion,
-                c.scores,
-                c.total,
-                c.advantage,
+                copy_json(c.prompt),
+                copy_text(c.completion),
+                copy_json(c.scores),
+                copy_number(c.total),
+                copy_number(c.advantage),
                 c.token_count,
             )
             for c in record.completions
         ),
-        json_columns=["prompt", "scores"],
     )
     for name, result in record.function_results.items():
         if result.logs:
