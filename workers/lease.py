@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import after_commit, session_scope
+from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
@@ -66,8 +67,7 @@ class JobHeartbeat:
 class LostWorkerReaper:
     lease_s: float
     queued_resend_after_s: float
-    # job id -> (heartbeat value seen, when we first saw that value, by our clock)
-    _seen: dict[str, tuple[datetime | None, float]] = field(default_factory=dict)
+    _silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
 
     def sweep(self, now: float | None = None) -> list[str]:
         """One pass: requeue jobs whose lease ran out, re-send stale queue messages."""
@@ -81,22 +81,17 @@ class LostWorkerReaper:
             running = session.execute(
                 select(Job.id, Job.heartbeat_at).where(Job.status == JobStatus.RUNNING.value)
             ).all()
-        current = {job_id: heartbeat for job_id, heartbeat in running}
-        for job_id in list(self._seen):
-            if job_id not in current:
-                del self._seen[job_id]
-        expired = []
-        for job_id, heartbeat in current.items():
-            seen = self._seen.get(job_id)
-            if seen is None or seen[0] != heartbeat:
-                self._seen[job_id] = (heartbeat, now)
-            elif now - seen[1] >= self.lease_s:
-                expired.append((job_id, heartbeat))
+        self._silence.keep_only(job_id for job_id, _ in running)
+        expired = [
+            (job_id, heartbeat)
+            for job_id, heartbeat in running
+            if self._silence.silent_for(job_id, heartbeat, now) >= self.lease_s
+        ]
         requeued = []
         for job_id, heartbeat in expired:
             if self._requeue(job_id, heartbeat):
                 requeued.append(job_id)
-            self._seen.pop(job_id, None)
+            self._silence.forget(job_id)
         return requeued
 
     def _requeue(self, job_id: str, heartbeat: datetime | None) -> bool:

@@ -12,14 +12,15 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import RowMapping
 from starlette.concurrency import run_in_threadpool
 
 from service.db import session_scope
 from service.events.schemas import HEARTBEAT, ServerSentEvent, StreamCursor
+from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import Job, JobEvent
 from service.jobs.service import get_job
@@ -40,10 +41,9 @@ class JobSnapshot:
     steps: Sequence[RowMapping]  # list_steps rows: written as GET /steps writes them
     events: list[JobEvent]
     caught_up: bool
-    # A worker still holds the job's lease: after a cancel it records the step it was
-    # computing and its checkpoint, and only then lets go. A lease whose heartbeat is older
-    # than the lease time belongs to a dead worker and holds nothing back.
-    worker_attached: bool
+    # The worker holding the job's lease (None once it let go) and its last heartbeat.
+    worker_id: str | None
+    heartbeat_at: datetime | None
 
 
 def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnapshot:
@@ -53,10 +53,6 @@ def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnaps
         # below, so a terminal job whose reads come back short has nothing left to send.
         row = get_job(session, tenant_id, job_id)
         job = Job.model_validate(row)
-        lease_cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().worker_lease_s)
-        worker_attached = row.worker_id is not None and (
-            row.heartbeat_at is not None and row.heartbeat_at > lease_cutoff
-        )
         repository = JobRepository(session)
         steps = repository.list_steps(job_id, after_step=cursor.last_step, limit=PAGE_SIZE)
         events = repository.list_events(job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE)
@@ -65,7 +61,8 @@ def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnaps
             steps=steps,
             events=[JobEvent.model_validate(event) for event in events],
             caught_up=len(steps) < PAGE_SIZE and len(events) < PAGE_SIZE,
-            worker_attached=worker_attached,
+            worker_id=row.worker_id,
+            heartbeat_at=row.heartbeat_at,
         )
 
 
@@ -76,8 +73,10 @@ class JobFollower:
     tenant_id: str
     job_id: str
     cursor: StreamCursor
+    lease_s: float
     last_job_state: tuple[object, ...] | None = None
     ended: bool = False
+    silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
 
     def messages(self, snapshot: JobSnapshot) -> list[ServerSentEvent]:
         """The messages a snapshot adds, in the order things happened; advances the cursor."""
@@ -103,7 +102,7 @@ class JobFollower:
 
         job = snapshot.job
         terminal = JobStatus(job.status).is_terminal
-        finished = terminal and snapshot.caught_up and not snapshot.worker_attached
+        finished = terminal and snapshot.caught_up and not self._worker_attached(snapshot)
         state = (job.status, job.steps_completed, job.config_version, job.applied_config_version)
         if state != self.last_job_state or finished:
             # Job state is a snapshot, not a log entry: it is sent on every (re)connect, and
@@ -117,6 +116,15 @@ class JobFollower:
             messages.append(ServerSentEvent("end", json.dumps(end), self.cursor))
         return messages
 
+    def _worker_attached(self, snapshot: JobSnapshot) -> bool:
+        """A worker still holds the lease: after a cancel it records the step it was computing
+        and its checkpoint, and only then lets go. One whose heartbeat stood still for the
+        lease time is dead and holds nothing back."""
+        if snapshot.worker_id is None:
+            return False
+        silent_s = self.silence.silent_for(self.job_id, snapshot.heartbeat_at, time.monotonic())
+        return silent_s < self.lease_s
+
 
 async def open_job_stream(
     tenant_id: str,
@@ -127,7 +135,7 @@ async def open_job_stream(
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
 ) -> AsyncIterator[str]:
     """Check access now (so a foreign job is a plain 404), then return the stream's body."""
-    follower = JobFollower(tenant_id, job_id, cursor)
+    follower = JobFollower(tenant_id, job_id, cursor, lease_s=get_settings().worker_lease_s)
     first = await run_in_threadpool(read_snapshot, tenant_id, job_id, cursor)
     return _follow(follower, first, poll_interval_s, heartbeat_interval_s)
 

@@ -115,7 +115,7 @@ class RewardDispatcher:
             raise ValueError(f"the training dataset has no {DATASET_INDEX_COLUMN} column")
         dataset_indices: list[int] = [int(index) for index in kwargs[DATASET_INDEX_COLUMN]]
         texts = [completion_text(c) for c in completions]
-        examples = [dict(self._rows[index]) for index in dataset_indices]
+        examples = [self._rows[index] for index in dataset_indices]  # read-only: serialised
         # The step being generated: TRL's global_step counts finished optimizer steps.
         step = trainer_state.global_step + 1 if trainer_state is not None else 0
         results = self._sandbox.score(
