@@ -21,6 +21,8 @@ from rft.errors import (
     UnprocessableEntityError,
 )
 from rft.models import (
+    Checkpoint,
+    CheckpointList,
     Completion,
     ConfigUpdate,
     Dataset,
@@ -53,6 +55,8 @@ __all__ = [
     "AsyncClient",
     "AuthenticationError",
     "BadRequestError",
+    "Checkpoint",
+    "CheckpointList",
     "Client",
     "Completion",
     "ConfigUpdate",

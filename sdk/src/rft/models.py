@@ -157,6 +157,22 @@ class JobEvent(BaseModel):
     created_at: datetime
 
 
+class Checkpoint(BaseModel):
+    """A saved LoRA adapter of a job at one step (download with ``jobs.download_checkpoint``)."""
+
+    step: int
+    size_bytes: int
+    created_at: datetime
+    download_path: str
+
+
+class CheckpointList(BaseModel):
+    data: list[Checkpoint]
+    final_adapter_path: str | None = Field(
+        None, description="Set once the job has a final adapter (``jobs.download_adapter``)."
+    )
+
+
 class RewardFunction(BaseModel):
     """A reward function to send: Python source (or a plain function) and its weight."""
 

@@ -3,15 +3,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import os
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
 import httpx
 
 from rft.errors import APIConnectionError, APIStatusError
 from rft.models import (
+    CheckpointList,
     Completion,
     ConfigUpdate,
     Dataset,
@@ -29,6 +32,12 @@ from rft.models import (
 )
 from rft.pagination import AsyncPageIterator, PageIterator
 from rft.progress import JobProgress, job_progress
+from rft.resources.adapter_archive import (
+    archive_name,
+    archive_request,
+    save_archive,
+    save_archive_async,
+)
 from rft.sse import ServerSentEvent, SSEDecoder
 from rft.transport import (
     AsyncTransport,
@@ -108,6 +117,18 @@ def _update_result(response: httpx.Response, dry_run: bool) -> ConfigUpdate | Dr
     if dry_run:
         return DryRunResult.model_validate(response.json())
     return ConfigUpdate.model_validate(response.json())
+
+
+def _action_request(job_id: str, action: str) -> RequestOptions:
+    return RequestOptions("POST", f"/v1/jobs/{job_id}/{action}")
+
+
+def _checkpoint_archive_path(job_id: str, step: int) -> str:
+    return f"/v1/jobs/{job_id}/checkpoints/{step}/adapter.tar.gz"
+
+
+def _adapter_archive_path(job_id: str) -> str:
+    return f"/v1/jobs/{job_id}/adapter.tar.gz"
 
 
 class _WaitClock:
@@ -257,8 +278,55 @@ class Jobs:
         return PageIterator(fetch)
 
     def cancel(self, job_id: str, /) -> Job:
-        options = RequestOptions("POST", f"/v1/jobs/{job_id}/cancel")
+        options = _action_request(job_id, "cancel")
         return Job.model_validate(self._transport.request(options).json())
+
+    def pause(self, job_id: str, /) -> Job:
+        """Checkpoint at the next step boundary and free the worker (status ``paused``)."""
+        options = _action_request(job_id, "pause")
+        return Job.model_validate(self._transport.request(options).json())
+
+    def resume(self, job_id: str, /) -> Job:
+        """Queue a paused job again; it continues from its checkpoint on any worker."""
+        options = _action_request(job_id, "resume")
+        return Job.model_validate(self._transport.request(options).json())
+
+    def checkpoints(self, job_id: str, /) -> CheckpointList:
+        """The job's saved checkpoints, oldest first, and whether a final adapter exists."""
+        return CheckpointList.model_validate(self._get_json(f"/v1/jobs/{job_id}/checkpoints"))
+
+    def download_checkpoint(
+        self,
+        job_id: str,
+        step: int,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        extract: bool = True,
+    ) -> Path:
+        """Save the LoRA adapter of the checkpoint at ``step`` under the ``destination`` folder.
+
+        Streamed to disk. Returns the unpacked PEFT directory (load it with
+        ``PeftModel.from_pretrained``), or with ``extract=False`` the ``.tar.gz`` itself.
+        """
+        return self._download(
+            _checkpoint_archive_path(job_id, step), f"{job_id}-step-{step}", destination, extract
+        )
+
+    def download_adapter(
+        self, job_id: str, /, destination: str | os.PathLike[str], *, extract: bool = True
+    ) -> Path:
+        """Save the final LoRA adapter of a finished job; see :meth:`download_checkpoint`."""
+        return self._download(
+            _adapter_archive_path(job_id), f"{job_id}-adapter", destination, extract
+        )
+
+    def _download(
+        self, path: str, fallback_name: str, destination: str | os.PathLike[str], extract: bool
+    ) -> Path:
+        with self._transport.stream(archive_request(path)) as response:
+            name = archive_name(response.response.headers.get("Content-Disposition"), fallback_name)
+            return save_archive(response.iter_bytes(), destination, name, extract=extract)
 
     def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
         """The recorded steps after ``after_step``, in order."""
@@ -516,8 +584,51 @@ class AsyncJobs:
         return AsyncPageIterator(fetch)
 
     async def cancel(self, job_id: str, /) -> Job:
-        options = RequestOptions("POST", f"/v1/jobs/{job_id}/cancel")
+        options = _action_request(job_id, "cancel")
         return Job.model_validate((await self._transport.request(options)).json())
+
+    async def pause(self, job_id: str, /) -> Job:
+        options = _action_request(job_id, "pause")
+        return Job.model_validate((await self._transport.request(options)).json())
+
+    async def resume(self, job_id: str, /) -> Job:
+        options = _action_request(job_id, "resume")
+        return Job.model_validate((await self._transport.request(options)).json())
+
+    async def checkpoints(self, job_id: str, /) -> CheckpointList:
+        data = await self._get_json(f"/v1/jobs/{job_id}/checkpoints")
+        return CheckpointList.model_validate(data)
+
+    async def download_checkpoint(
+        self,
+        job_id: str,
+        step: int,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        extract: bool = True,
+    ) -> Path:
+        """See :meth:`Jobs.download_checkpoint`."""
+        return await self._download(
+            _checkpoint_archive_path(job_id, step), f"{job_id}-step-{step}", destination, extract
+        )
+
+    async def download_adapter(
+        self, job_id: str, /, destination: str | os.PathLike[str], *, extract: bool = True
+    ) -> Path:
+        """See :meth:`Jobs.download_adapter`."""
+        return await self._download(
+            _adapter_archive_path(job_id), f"{job_id}-adapter", destination, extract
+        )
+
+    async def _download(
+        self, path: str, fallback_name: str, destination: str | os.PathLike[str], extract: bool
+    ) -> Path:
+        async with self._transport.stream(archive_request(path)) as response:
+            name = archive_name(response.response.headers.get("Content-Disposition"), fallback_name)
+            return await save_archive_async(
+                response.aiter_bytes(), destination, name, extract=extract
+            )
 
     async def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
         async def fetch(cursor: str | None) -> Page[Step]:
