@@ -1,7 +1,13 @@
 """Inputs shared by the SDK tests."""
 
-# Jobs that train: tiny, so the one test worker gets through them quickly.
-QUICK_HYPERPARAMETERS = {
+from typing import Any
+
+from tests.tiny import TINY_HYPERPARAMETERS
+
+# Jobs that train: the tiny model's settings, fewer samples, so the one test worker gets
+# through them quickly.
+QUICK_HYPERPARAMETERS: dict[str, Any] = {
+    **TINY_HYPERPARAMETERS,
     "train_steps": 2,
     "num_generations": 4,
     "prompts_per_step": 2,

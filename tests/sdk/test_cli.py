@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -122,8 +123,12 @@ def test_config_round_trip_on_a_running_job(
         config["reward_functions"]["short"]["weight"] = 2.0
         config_file.write_text(yaml.safe_dump(config))
 
+        summary = invoke(cli, "config", "update", job.id, "-f", str(config_file), "--dry-run")
+        assert "nothing was changed" in summary and "short: weight 0.5 → 2" in summary
+        assert "vowels:" in summary and "advantage sign flips:" in summary
+        assert len(summary.splitlines()) < 15, summary
         assert '"dry_run": true' in invoke(
-            cli, "config", "update", job.id, "-f", str(config_file), "--dry-run"
+            cli, "config", "update", job.id, "-f", str(config_file), "--dry-run", "--json"
         )
         assert "config version 2" in invoke(cli, "config", "update", job.id, "-f", str(config_file))
         assert rft_client.jobs.get_config(job.id).reward_functions["short"].weight == 2.0
@@ -175,3 +180,65 @@ def test_job_file_secrets_come_from_the_environment(
         read_job_spec(path)
     monkeypatch.setenv("JUDGE_KEY", "sk-from-env")
     assert read_job_spec(path)["secrets"] == {"JUDGE_KEY": "sk-from-env"}
+
+
+CHAT_ROWS = [
+    {
+        "prompt": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"Say {w}"},
+        ]
+    }
+    for w in "abcd"
+]
+
+
+def wait_for_worker_to_let_go(client: rft.Client, job_id: str) -> None:
+    deadline = time.monotonic() + 120
+    while not any(event.kind == "paused" for event in client.jobs.events(job_id)):
+        assert time.monotonic() < deadline, "the worker never confirmed the pause"
+        time.sleep(0.2)
+
+
+def test_pause_resume_checkpoints_adapters_and_chat_prompts(
+    cli: CliRunner, stack: LocalStack, api_key: str, rft_client: rft.Client, tmp_path: Path
+) -> None:
+    dataset = rft_client.datasets.upload(CHAT_ROWS, name="chat")
+    job = rft_client.jobs.create(
+        dataset=dataset,
+        reward_functions={"one": "def one(prompt, completion, example):\n    return 1.0\n"},
+        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 30, "checkpoint_every": 100},
+    )
+    # Ids are printed whole even in a narrow terminal: they are what the next command takes.
+    narrow = CliRunner(
+        env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "60"}
+    )
+    assert job.id in invoke(narrow, "jobs", "list")
+
+    rft_client.jobs.wait(job.id, until_step=1, timeout=300, poll_interval=0.2)
+    assert f"{job.id} paused" in invoke(cli, "jobs", "pause", job.id)
+    wait_for_worker_to_let_go(rft_client, job.id)
+    paused_at = rft_client.jobs.get(job.id).steps_completed
+
+    listed = invoke(cli, "checkpoints", "list", job.id)
+    assert f"│ {paused_at} " in listed and "final adapter: not yet" in listed
+    saved = invoke(cli, "checkpoints", "download", job.id, str(paused_at), "-o", str(tmp_path))
+    folder = tmp_path / f"{job.id}-step-{paused_at}"
+    assert f"saved {folder}" in saved and (folder / "adapter_config.json").is_file()
+
+    assert f"{job.id} queued" in invoke(cli, "jobs", "resume", job.id)
+    finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
+    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
+    assert "final adapter: ready" in invoke(cli, "checkpoints", "list", job.id)
+    saved = invoke(cli, "jobs", "download-adapter", job.id, "-o", str(tmp_path), "--archive")
+    assert (tmp_path / f"{job.id}-adapter.tar.gz").is_file() and "adapter.tar.gz" in saved
+
+    # Chat prompts read as lines of text, not as a Python list.
+    shown = invoke(cli, "completions", "show", job.id, "--step", "1", "--count", "1")
+    assert "system: Be brief." in shown and "user: Say " in shown
+    assert "'role'" not in shown and "{" not in shown
+
+
+def test_missing_checkpoint_is_one_line(cli: CliRunner, tmp_path: Path) -> None:
+    result = cli.invoke(app, ["checkpoints", "download", "job_nope", "3", "-o", str(tmp_path)])
+    assert result.exit_code == 1 and "404" in result.output and "Traceback" not in result.output

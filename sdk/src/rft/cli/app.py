@@ -11,9 +11,11 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
+from rft.cli.summaries import dry_run_summary, prompt_as_text
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
@@ -24,10 +26,14 @@ datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=Tru
 jobs_app = typer.Typer(help="Create, follow and cancel training jobs.", no_args_is_help=True)
 config_app = typer.Typer(help="Read and change a running job's config.", no_args_is_help=True)
 completions_app = typer.Typer(help="Look at sampled completions.", no_args_is_help=True)
+checkpoints_app = typer.Typer(
+    help="List a job's checkpoints and download their adapters.", no_args_is_help=True
+)
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(config_app, name="config")
 app.add_typer(completions_app, name="completions")
+app.add_typer(checkpoints_app, name="checkpoints")
 
 console = Console()
 error_console = Console(stderr=True)
@@ -75,6 +81,24 @@ def _when(job: Job) -> str:
     return job.created_at.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def id_column() -> Column:
+    # Ids are copied into the next command: never folded or cut, the other columns give way.
+    return Column("id", no_wrap=True, min_width=len("job_") + 32)
+
+
+def plain(text: str) -> Text:
+    """User content in a table cell: shown as typed, never read as Rich markup."""
+    return Text(text)
+
+
+DestinationOption = Annotated[
+    Path, typer.Option("--output", "-o", file_okay=False, help="Folder to save into.")
+]
+ArchiveOption = Annotated[
+    bool, typer.Option("--archive", help="Keep the .tar.gz instead of unpacking it.")
+]
+
+
 # --- datasets -------------------------------------------------------------------------------
 
 
@@ -96,11 +120,11 @@ def upload_dataset(
 @reports_errors
 def list_datasets(context: typer.Context) -> None:
     """Datasets, newest first."""
-    table = Table("id", "name", "format", "rows", "columns", "created")
+    table = Table(id_column(), "name", "format", "rows", "columns", "created")
     for dataset in client_for(context).datasets.list():
         table.add_row(
             dataset.id,
-            dataset.name,
+            plain(dataset.name),
             dataset.file_format,
             str(dataset.row_count),
             ", ".join(dataset.columns),
@@ -138,11 +162,11 @@ def list_jobs(
     status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
 ) -> None:
     """Jobs, newest first."""
-    table = Table("id", "name", "status", "steps", "model", "created")
+    table = Table(id_column(), "name", Column("status", no_wrap=True), "steps", "model", "created")
     for job in client_for(context).jobs.list(status=status):
         table.add_row(
             job.id,
-            job.name or "",
+            plain(job.name or ""),
             job.status.value,
             f"{job.steps_completed}/{job.train_steps}",
             job.base_model,
@@ -164,6 +188,32 @@ def cancel_job(context: typer.Context, job_id: str) -> None:
     """Stop a queued or running job."""
     job = client_for(context).jobs.cancel(job_id)
     console.print(f"{job.id} {job.status.value}")
+
+
+@jobs_app.command("pause")
+@reports_errors
+def pause_job(context: typer.Context, job_id: str) -> None:
+    """Checkpoint at the next step and free the worker; `rft jobs resume` continues."""
+    job = client_for(context).jobs.pause(job_id)
+    console.print(f"{job.id} {job.status.value} (the worker saves a checkpoint, then lets go)")
+
+
+@jobs_app.command("resume")
+@reports_errors
+def resume_job(context: typer.Context, job_id: str) -> None:
+    """Continue a paused job from its checkpoint."""
+    job = client_for(context).jobs.resume(job_id)
+    console.print(f"{job.id} {job.status.value}")
+
+
+@jobs_app.command("download-adapter")
+@reports_errors
+def download_adapter(
+    context: typer.Context, job_id: str, output: DestinationOption, archive: ArchiveOption = False
+) -> None:
+    """Save the final LoRA adapter of a finished job (a PEFT folder)."""
+    path = client_for(context).jobs.download_adapter(job_id, output, extract=not archive)
+    console.print(f"saved {path}", markup=False, highlight=False)
 
 
 @jobs_app.command("watch")
@@ -240,12 +290,21 @@ def update_config(
     force: Annotated[
         bool, typer.Option(help="Overwrite even if the config changed since `version`.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --dry-run: every rescored completion as JSON.")
+    ] = False,
 ) -> None:
+    """Send an edited config (from `rft config get -o`); --dry-run summarises its effect."""
     config = read_config(file)
     jobs = client_for(context).jobs
     if dry_run:
         result = jobs.update_config(job_id, config, dry_run=True, check_version=not force)
-        console.print_json(result.model_dump_json())
+        if as_json:
+            console.print_json(result.model_dump_json())
+            return
+        current = jobs.get_config(job_id)
+        for line in dry_run_summary(current, config, result):
+            console.print(line, markup=False, highlight=False)
         return
     update = jobs.update_config(job_id, config, check_version=not force)
     console.print(
@@ -256,6 +315,9 @@ def update_config(
 # --- completions and logs -------------------------------------------------------------------
 
 
+PROMPT_CHARS_SHOWN = 240
+
+
 def _completion_table(title: str, completions: list[Completion]) -> Table:
     names = sorted({name for c in completions for name in c.scores})
     table = Table("total", *names, "prompt", "completion", title=title, title_justify="left")
@@ -264,8 +326,8 @@ def _completion_table(title: str, completions: list[Completion]) -> Table:
         table.add_row(
             "-" if completion.total is None else f"{completion.total:.3f}",
             *("-" if score is None else f"{score:.3f}" for score in scores),
-            str(completion.prompt)[:60],
-            completion.completion,
+            plain(prompt_as_text(completion.prompt, max_chars=PROMPT_CHARS_SHOWN)),
+            plain(completion.completion),
         )
     return table
 
@@ -307,3 +369,40 @@ def show_logs(
         console.print(entry.output, markup=False, highlight=False, end="")
         if entry.truncated:
             console.print("[dim]… (truncated)[/dim]")
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+@checkpoints_app.command("list")
+@reports_errors
+def list_checkpoints(context: typer.Context, job_id: str) -> None:
+    """The job's saved checkpoints, and whether its final adapter is ready."""
+    listing = client_for(context).jobs.checkpoints(job_id)
+    table = Table("step", "size", "saved")
+    for checkpoint in listing.data:
+        table.add_row(
+            str(checkpoint.step),
+            f"{checkpoint.size_bytes / 1e6:.1f} MB",
+            checkpoint.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    if listing.data:
+        console.print(table)
+    else:
+        console.print("no checkpoints yet")
+    final = "ready (rft jobs download-adapter)" if listing.final_adapter_path else "not yet"
+    console.print(f"final adapter: {final}")
+
+
+@checkpoints_app.command("download")
+@reports_errors
+def download_checkpoint(
+    context: typer.Context,
+    job_id: str,
+    step: int,
+    output: DestinationOption,
+    archive: ArchiveOption = False,
+) -> None:
+    """Save the LoRA adapter of the checkpoint at STEP (a PEFT folder)."""
+    path = client_for(context).jobs.download_checkpoint(job_id, step, output, extract=not archive)
+    console.print(f"saved {path}", markup=False, highlight=False)
