@@ -91,7 +91,7 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
 def in_process_parts() -> dict[str, float]:
     """The worker's start-up pieces, timed one by one in this (import-warm) process."""
     from sandbox.process import ProcessSandbox
-    from service.demo import demo_dataset, demo_reward_functions
+    from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
     from service.reward_functions.scoring import sandbox_settings
     from service.settings import get_settings
@@ -106,7 +106,7 @@ def in_process_parts() -> dict[str, float]:
         base_model="rft-tiny",
         dataset=demo_dataset(),
         reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-        hyperparameters=Hyperparameters(train_steps=3, seed=0),
+        hyperparameters=Hyperparameters(**{**DEMO_HYPERPARAMETERS, "train_steps": 3}),
         output_dir=work / "out",
         model_cache_dir=work,
     )

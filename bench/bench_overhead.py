@@ -58,7 +58,13 @@ from trl import GRPOConfig, GRPOTrainer
 from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
 from sandbox.process import ProcessSandbox
 from service.artifacts.storage import artifact_store
-from service.demo import DEMO_BASE_MODEL, demo_dataset, demo_reward_functions, demo_rewards_source
+from service.demo import (
+    DEMO_BASE_MODEL,
+    DEMO_HYPERPARAMETERS,
+    demo_dataset,
+    demo_reward_functions,
+    demo_rewards_source,
+)
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.scoring import sandbox_settings
@@ -91,8 +97,8 @@ class Run:
 
 
 def demo_hyperparameters(steps: int) -> Hyperparameters:
-    # What the service builds from demo_job_request(train_steps=steps): seed 0, defaults.
-    return Hyperparameters(train_steps=steps, seed=0)
+    # What the service builds from demo_job_request(train_steps=steps).
+    return Hyperparameters(**{**DEMO_HYPERPARAMETERS, "train_steps": steps})
 
 
 def bare_config(steps: int, output_dir: Path, *, summed: bool = False) -> GRPOConfig:

@@ -47,7 +47,7 @@ from service.bulk import (
     without_nul,
 )
 from service.db import session_scope
-from service.demo import demo_dataset, demo_reward_functions
+from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
 from service.models import Completion, Job, RewardErrorRecord, RewardLog, Step
 from workers.recording import (
@@ -238,7 +238,11 @@ def training_share(train_steps: int, rounds: int) -> None:
                     dataset=demo_dataset(),
                     reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
                     hyperparameters=Hyperparameters(
-                        train_steps=train_steps, seed=0, checkpoint_every=100_000
+                        **{
+                            **DEMO_HYPERPARAMETERS,
+                            "train_steps": train_steps,
+                            "checkpoint_every": 100_000,
+                        }
                     ),
                     output_dir=cache / f"out-{round_index}-{mode}",
                     model_cache_dir=cache,

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
-from service.demo import demo_dataset, demo_reward_functions
+from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec, run_grpo
 from workers.training.records import RewardConfig, StepRecord
@@ -81,7 +81,7 @@ def main() -> None:
             dataset=demo_dataset(),
             reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
             hyperparameters=Hyperparameters.model_validate(
-                {"train_steps": args.steps, "checkpoint_every": 10_000}
+                {**DEMO_HYPERPARAMETERS, "train_steps": args.steps, "checkpoint_every": 10_000}
             ),
             output_dir=Path(workdir) / "run",
             model_cache_dir=Path(workdir) / "models",

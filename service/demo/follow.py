@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from service.demo import DEMO_BASE_MODEL, demo_reward_functions
+from service.demo import DEMO_BASE_MODEL, DEMO_HYPERPARAMETERS, demo_reward_functions
 
 DEMO_DIR = Path(__file__).resolve().parent
 BARS = " ▁▂▃▄▅▆▇█"
@@ -24,7 +24,7 @@ def demo_job_request(dataset_id: str, *, train_steps: int = 20) -> dict[str, Any
             spec.name: {"source": spec.source, "weight": spec.weight}
             for spec in demo_reward_functions()
         },
-        "hyperparameters": {"train_steps": train_steps, "seed": 0},
+        "hyperparameters": {**DEMO_HYPERPARAMETERS, "train_steps": train_steps},
     }
 
 

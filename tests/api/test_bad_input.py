@@ -7,6 +7,8 @@ import json
 import httpx
 import pytest
 
+from tests.tiny import TINY_HYPERPARAMETERS
+
 SOURCE = "def f(prompt, completion, example):\n    return 1.0\n"
 
 
@@ -19,7 +21,7 @@ def job(client: httpx.Client) -> dict:
         json={
             "dataset_id": dataset["id"],
             "reward_functions": {"f": {"source": SOURCE}},
-            "hyperparameters": {"train_steps": 1},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
         },
     ).json()
 

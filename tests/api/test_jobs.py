@@ -5,6 +5,8 @@ import json
 import httpx
 import pytest
 
+from tests.tiny import TINY_HYPERPARAMETERS
+
 GOOD_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
 
 
@@ -18,7 +20,7 @@ def job_request(dataset_id: str, source: str = GOOD_SOURCE, **overrides: object)
     body: dict = {
         "dataset_id": dataset_id,
         "reward_functions": {"shout": {"source": source, "weight": 1.0}},
-        "hyperparameters": {"train_steps": 1},
+        "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
     }
     body.update(overrides)
     return body

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from service.db import session_scope
 from service.models import Job
 from service.stack import LocalStack
+from tests.tiny import TINY_HYPERPARAMETERS
 
 SECRET = "sk-judge-7f3a9c2e41"
 USES_SECRET = (
@@ -25,7 +26,7 @@ def judge_job(dataset_id: str, **fields: object) -> dict[str, object]:
     return {
         "dataset_id": dataset_id,
         "reward_functions": {"judge": {"source": USES_SECRET}},
-        "hyperparameters": {"train_steps": 1},
+        "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
         **fields,
     }
 

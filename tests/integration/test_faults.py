@@ -17,6 +17,7 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,7 @@ def slow_job(
             "dataset_id": dataset_id,
             "reward_functions": {"slow": {"source": SLOW_REWARD}},
             "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
                 "train_steps": train_steps,
                 "num_generations": 4,
                 "checkpoint_every": checkpoint_every,

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,12 @@ def long_job(client: httpx.Client, **hyperparameters: Any) -> dict[str, Any]:
         {
             "dataset_id": dataset_id,
             "reward_functions": {"score": {"source": constant("score", 1.0), "weight": 1.0}},
-            "hyperparameters": {"train_steps": 400, "num_generations": 4, **hyperparameters},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": 400,
+                "num_generations": 4,
+                **hyperparameters,
+            },
         },
     )
 
@@ -137,7 +143,7 @@ def test_dry_run_rescores_the_last_step_and_changes_nothing(client: httpx.Client
         {
             "dataset_id": dataset_id,
             "reward_functions": {"length": {"source": source}},
-            "hyperparameters": {"train_steps": 2, "num_generations": 4},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2, "num_generations": 4},
         },
     )
     job = wait_for(client, job["id"])

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def test_a_function_failing_on_some_samples_trains_to_the_end(client: httpx.Clie
         {
             "dataset_id": dataset_id,
             "reward_functions": {"flaky": {"source": FLAKY}, "steady": {"source": STEADY}},
-            "hyperparameters": {"train_steps": steps, "num_generations": 8},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": steps, "num_generations": 8},
         },
     )
     job = wait_for(client, job["id"])
@@ -81,6 +82,7 @@ def test_circuit_breaker_fails_a_job_whose_function_always_fails(client: httpx.C
             "dataset_id": dataset_id,
             "reward_functions": {"picky": {"source": source}},
             "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
                 "train_steps": 200,
                 "prompts_per_step": 1,
                 "num_generations": 4,

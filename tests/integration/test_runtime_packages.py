@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from tests.integration.helpers import create_job, upload_jsonl, wait_for
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,7 +25,7 @@ def test_functions_use_the_jobs_runtime_packages(client: httpx.Client) -> None:
             "dataset_id": dataset_id,
             "reward_functions": {"uses_six": {"source": USES_PACKAGE}},
             "runtime_packages": ["six>=1.15"],
-            "hyperparameters": {"train_steps": 2, "num_generations": 4},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2, "num_generations": 4},
         },
     )
     job = wait_for(client, job["id"])
@@ -44,7 +45,7 @@ def test_a_package_that_cannot_install_fails_the_job_with_pips_error(
             "dataset_id": dataset_id,
             "reward_functions": {"uses_six": {"source": USES_PACKAGE}},
             "runtime_packages": ["rft-no-such-package-anywhere==0.0.1"],
-            "hyperparameters": {"train_steps": 2},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2},
         },
     )
     job = wait_for(client, job["id"])

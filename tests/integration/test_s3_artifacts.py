@@ -18,6 +18,7 @@ from tests.conftest import tenant_client
 from tests.integration.helpers import create_job, upload_jsonl, wait_for, wait_until
 from tests.integration.test_faults import SLOW_REWARD
 from tests.moto_s3 import CREDENTIALS, moto_s3_server
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,12 @@ def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, 
             {
                 "dataset_id": dataset_id,
                 "reward_functions": {"slow": {"source": SLOW_REWARD}},
-                "hyperparameters": {"train_steps": 14, "num_generations": 4, "checkpoint_every": 4},
+                "hyperparameters": {
+                    **TINY_HYPERPARAMETERS,
+                    "train_steps": 14,
+                    "num_generations": 4,
+                    "checkpoint_every": 4,
+                },
             },
         )
         wait_until(client, job["id"], lambda j: j["steps_completed"] >= 6)

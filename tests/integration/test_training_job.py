@@ -12,6 +12,7 @@ import pytest
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from tests.integration.helpers import all_pages, upload_jsonl, wait_for
+from tests.tiny import TINY_HYPERPARAMETERS
 from tests.ui.event_stream import messages_until
 
 pytestmark = pytest.mark.integration
@@ -47,6 +48,7 @@ def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
                 "length_bonus": {"source": BATCH_FORM, "weight": 0.5},
             },
             "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
                 "train_steps": steps,
                 "prompts_per_step": prompts_per_step,
                 "num_generations": generations,
@@ -125,7 +127,7 @@ def test_cancel_stops_a_running_job(client: httpx.Client) -> None:
         json={
             "dataset_id": dataset_id,
             "reward_functions": {"slow": {"source": source}},
-            "hyperparameters": {"train_steps": 500},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 500},
         },
     ).json()
     deadline = time.monotonic() + 300
@@ -161,7 +163,7 @@ def test_reward_functions_use_the_jobs_secrets_in_training(client: httpx.Client)
         json={
             "dataset_id": dataset_id,
             "reward_functions": {"keyed": {"source": source}},
-            "hyperparameters": {"train_steps": 2, "num_generations": 2},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2, "num_generations": 2},
             "secrets": {"JUDGE_KEY": secret},
         },
     )

@@ -9,6 +9,7 @@ import pytest
 import rft
 from service.stack import LocalStack
 from tests.sdk.job_inputs import SHOUT_SOURCE
+from tests.tiny import TINY_HYPERPARAMETERS
 
 
 @pytest.fixture
@@ -26,6 +27,10 @@ def dataset(rft_client: rft.Client) -> rft.Dataset:
 @pytest.fixture
 def idle_job(rft_client: rft.Client, dataset: rft.Dataset) -> Iterator[rft.Job]:
     """A job that must not occupy the single test worker: cancelled at once and at the end."""
-    job = rft_client.jobs.create(dataset=dataset, reward_functions={"shout": SHOUT_SOURCE})
+    job = rft_client.jobs.create(
+        dataset=dataset,
+        reward_functions={"shout": SHOUT_SOURCE},
+        hyperparameters=TINY_HYPERPARAMETERS,
+    )
     rft_client.jobs.cancel(job.id)
     yield rft_client.jobs.get(job.id)

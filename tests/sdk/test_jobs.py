@@ -11,6 +11,7 @@ import pytest
 import rft
 from service.stack import LocalStack
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, SHOUT_SOURCE
+from tests.tiny import TINY_HYPERPARAMETERS
 
 
 def vowel_share(prompt, completion, example):  # type: ignore[no-untyped-def]
@@ -53,7 +54,7 @@ def test_create_get_list_cancel(rft_client: rft.Client, dataset: rft.Dataset) ->
     job = rft_client.jobs.create(
         dataset=dataset.id,
         reward_functions={"shout": SHOUT_SOURCE},
-        hyperparameters={"train_steps": 3},
+        hyperparameters={**TINY_HYPERPARAMETERS, "train_steps": 3},
         name="to cancel",
     )
     assert job.status in (rft.JobStatus.QUEUED, rft.JobStatus.RUNNING)
@@ -68,7 +69,11 @@ def test_create_get_list_cancel(rft_client: rft.Client, dataset: rft.Dataset) ->
 def test_list_pages_through_every_job(rft_client: rft.Client, dataset: rft.Dataset) -> None:
     created = []
     for _ in range(3):
-        job = rft_client.jobs.create(dataset=dataset, reward_functions={"shout": SHOUT_SOURCE})
+        job = rft_client.jobs.create(
+            dataset=dataset,
+            reward_functions={"shout": SHOUT_SOURCE},
+            hyperparameters=TINY_HYPERPARAMETERS,
+        )
         rft_client.jobs.cancel(job.id)
         created.append(job.id)
     assert [job.id for job in rft_client.jobs.list(limit=2)] == created[::-1]
@@ -218,7 +223,12 @@ def test_config_update_mid_run(rft_client: rft.Client, dataset: rft.Dataset) -> 
     job = rft_client.jobs.create(
         dataset=dataset,
         reward_functions={"score": always_one},
-        hyperparameters={"train_steps": 400, "num_generations": 4, "max_completion_length": 8},
+        hyperparameters={
+            **TINY_HYPERPARAMETERS,
+            "train_steps": 400,
+            "num_generations": 4,
+            "max_completion_length": 8,
+        },
     )
     try:
         rft_client.jobs.wait(job.id, until_step=1, timeout=300, poll_interval=0.3)
@@ -289,7 +299,7 @@ def test_secrets_reach_the_functions_and_come_back_only_as_names(
     job = rft_client.jobs.create(
         dataset=dataset,
         reward_functions={"keyed": source},
-        hyperparameters={"train_steps": 1},
+        hyperparameters={**TINY_HYPERPARAMETERS, "train_steps": 1},
         secrets={"JUDGE_KEY": "sk-sdk-0a1b2c3d"},
     )
     rft_client.jobs.cancel(job.id)

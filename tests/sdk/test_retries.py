@@ -11,6 +11,7 @@ import rft
 from service.stack import LocalStack
 from tests.sdk.fault_proxy import Fault, FaultPlan, fault_proxy
 from tests.sdk.job_inputs import SHOUT_SOURCE
+from tests.tiny import TINY_HYPERPARAMETERS
 
 
 @pytest.fixture
@@ -23,7 +24,11 @@ def proxied(stack: LocalStack, api_key: str) -> Iterator[tuple[rft.Client, Fault
 
 
 def create_and_cancel(client: rft.Client, dataset: rft.Dataset) -> rft.Job:
-    job = client.jobs.create(dataset=dataset, reward_functions={"shout": SHOUT_SOURCE})
+    job = client.jobs.create(
+        dataset=dataset,
+        reward_functions={"shout": SHOUT_SOURCE},
+        hyperparameters=TINY_HYPERPARAMETERS,
+    )
     client.jobs.cancel(job.id)
     return job
 
@@ -68,10 +73,16 @@ def test_each_create_call_gets_its_own_key(
     first, second = create_and_cancel(client, dataset), create_and_cancel(client, dataset)
     assert first.id != second.id
     same = client.jobs.create(
-        dataset=dataset, reward_functions={"shout": SHOUT_SOURCE}, idempotency_key="mine"
+        dataset=dataset,
+        reward_functions={"shout": SHOUT_SOURCE},
+        hyperparameters=TINY_HYPERPARAMETERS,
+        idempotency_key="mine",
     )
     again = client.jobs.create(
-        dataset=dataset, reward_functions={"shout": SHOUT_SOURCE}, idempotency_key="mine"
+        dataset=dataset,
+        reward_functions={"shout": SHOUT_SOURCE},
+        hyperparameters=TINY_HYPERPARAMETERS,
+        idempotency_key="mine",
     )
     client.jobs.cancel(same.id)
     assert same.id == again.id
@@ -116,7 +127,11 @@ def test_async_client_retries_the_same_way(
 ) -> None:
     async def create_through_faults(proxy_url: str) -> rft.Job:
         async with rft.AsyncClient(api_key=api_key, base_url=proxy_url) as client:
-            job = await client.jobs.create(dataset=dataset, reward_functions={"s": SHOUT_SOURCE})
+            job = await client.jobs.create(
+                dataset=dataset,
+                reward_functions={"s": SHOUT_SOURCE},
+                hyperparameters=TINY_HYPERPARAMETERS,
+            )
             await client.jobs.cancel(job.id)
             return job
 

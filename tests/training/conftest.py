@@ -9,6 +9,7 @@ import pytest
 from sandbox.api import RewardSandbox
 from service.demo import demo_dataset
 from service.jobs.hyperparameters import Hyperparameters
+from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.grpo import TrainingSpec
 from workers.training.records import RewardConfig
 
@@ -50,7 +51,7 @@ def make_spec(tmp_path: Path, model_cache_dir: Path) -> Callable[..., TrainingSp
             base_model="rft-tiny",
             dataset=dataset if dataset is not None else demo_dataset(),
             reward_config=reward_config or letter_config(),
-            hyperparameters=Hyperparameters(**hyperparameters),
+            hyperparameters=Hyperparameters(**{**TINY_HYPERPARAMETERS, **hyperparameters}),
             output_dir=output_dir or tmp_path / f"run-{next(counter)}",
             model_cache_dir=model_cache_dir,
             resume_from_checkpoint=resume_from_checkpoint,

@@ -13,6 +13,7 @@ from sandbox.api import RewardFunctionSpec, RewardSandbox
 from service.demo import demo_dataset, demo_reward_functions, demo_rewards_source
 from service.demo.rewards import brevity, letter_fraction
 from service.jobs.hyperparameters import Hyperparameters
+from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.records import RewardConfig
 
@@ -39,7 +40,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, model_cache_dir: Path) ->
         dataset=demo_dataset(),
         reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
         hyperparameters=Hyperparameters.model_validate(
-            {"train_steps": 20, "checkpoint_every": 8, "seed": 0}
+            {**TINY_HYPERPARAMETERS, "train_steps": 20, "checkpoint_every": 8, "seed": 0}
         ),
         output_dir=tmp_path_factory.mktemp("demo-run"),
         model_cache_dir=model_cache_dir,

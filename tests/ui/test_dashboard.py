@@ -13,6 +13,7 @@ from playwright.sync_api import Browser, Page, expect
 from service.stack import LocalStack
 from tests.conftest import new_tenant_key
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_until
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,7 @@ def test_dashboard_follows_a_running_job(
             "name": "dashboard test",
             "dataset_id": dataset_id,
             "reward_functions": {"length_score": {"source": LENGTH_SCORE}},
-            "hyperparameters": {"train_steps": 300, "num_generations": 4},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 300, "num_generations": 4},
         },
     )["id"]
     wait_until(client, job_id, lambda job: job["steps_completed"] >= 2)

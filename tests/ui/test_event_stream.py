@@ -9,6 +9,7 @@ import pytest
 
 from service.stack import LocalStack
 from tests.integration.helpers import create_job, upload_jsonl, wait_until
+from tests.tiny import TINY_HYPERPARAMETERS
 from tests.ui.event_stream import Message, messages_until
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,11 @@ def constant_job(client: httpx.Client, *, train_steps: int) -> dict[str, Any]:
         {
             "dataset_id": dataset_id,
             "reward_functions": {"score": {"source": source}},
-            "hyperparameters": {"train_steps": train_steps, "num_generations": 2},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": train_steps,
+                "num_generations": 2,
+            },
         },
     )
 
