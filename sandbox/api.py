@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+# How many samples of one per-sample function are scored at once by default: enough to hide
+# the latency of a remote judge at a typical batch size; 1 scores them one after another.
+DEFAULT_MAX_CONCURRENCY = 32
+MAX_CONCURRENCY_LIMIT = 256
+
 
 class RewardForm(StrEnum):
     """The two shapes of reward function users already write."""
@@ -32,6 +37,13 @@ class RewardFunctionSpec:
     source: str
     weight: float = 1.0
     version: int = 1
+    # Samples scored at once: async functions are awaited together, plain ones run in the
+    # sandbox's thread pool once they prove slow (cheap ones stay sequential). 1: one by one.
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    # Wall limit of one sample of a per-sample function; None: the sandbox's default.
+    sample_timeout_s: float | None = None
+    # Most calls started per second (per-sample: samples; batch: calls); None: no limit.
+    rate_limit_per_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,28 @@ are pointed away, so whatever user code prints or writes to fd 1 can never corru
 
 Requests and replies:
 
-- ``{"op": "load", "functions": [{name, source, entry, form, version}], "timeout_s"}``
-  -> ``{"ok": true}`` or ``{"ok": false, "errors": {name: traceback}}``; all or nothing.
+- ``{"op": "load", "functions": [{name, source, entry, form, version, max_concurrency,
+  sample_timeout_s, rate_limit_per_s}], "timeout_s"}`` -> ``{"ok": true}`` or
+  ``{"ok": false, "errors": {name: traceback}}``; all or nothing.
 - ``{"op": "score", "function", "timeout_s", "log_limit", "batch": {prompts, completions,
   examples, step}}`` -> ``{"ok": true, "scores", "errors", "logs", "logs_truncated",
   "duration_s", "cpu_s"}``.
 
 The argument is a JSON object of resource limits and package paths, applied before any user
-code runs; the first frame is ``{"env": {...}}``, answered by ``{"ok": true, "ready": true}``.
+code runs; the first frame is ``{"env": {...}, "modules": {name: source}}`` (the job's
+environment, and helper modules reward code may import, such as ``rft_reward``), answered by
+``{"ok": true, "ready": true}``.
+
+Per-sample functions are scored concurrently when they are slow: ``async def`` functions are
+awaited together on one event loop, plain ones run in a bounded thread pool once a sample takes
+longer than POOL_AFTER_SAMPLE_S (cheap functions stay on the main thread, where a pool would
+only add overhead). Each sample has its own time limit beside the call's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import fcntl
 import inspect
@@ -35,10 +44,12 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 FRAME_HEADER = struct.Struct(">I")
@@ -49,6 +60,21 @@ MAX_TRACEBACK_CHARS = 8 * 1024
 # Descriptors far above what user code opens by accident, for the protocol pipes.
 PROTOCOL_FD_FLOOR = 200
 PR_SET_PDEATHSIG = 1
+# A plain per-sample function moves to the thread pool once one sample takes this long: below
+# it the function is CPU-bound or trivial, and threads would only add overhead under the GIL.
+POOL_AFTER_SAMPLE_S = 0.002
+# Threads scoring samples, per process (each job has its own processes). Threads count against
+# RLIMIT_NPROC and their stacks against RLIMIT_AS, so both the count and the stack are capped.
+MAX_SAMPLE_THREADS = 32
+SAMPLE_THREAD_STACK_BYTES = 4 * 1024 * 1024
+# glibc gives each thread that mallocs its own 64 MiB arena of address space; two arenas keep
+# a pool of threads within the memory limit.
+M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
+# The call a print belongs to; threads a timed-out sample left running write under an old id,
+# and their output is dropped instead of landing in the next call's logs.
+CURRENT_CALL: contextvars.ContextVar[int] = contextvars.ContextVar("rft_current_call")
+STDLIB_DIR = os.path.dirname(os.__file__)
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
@@ -119,12 +145,18 @@ class BoundedLog(io.TextIOBase):
         self.parts: list[str] = []
         self.kept = 0
         self.dropped = 0
+        self.call = 0
+        self._lock = threading.Lock()  # samples of one call may print from several threads
 
     def reset(self, limit: int) -> None:
-        self.limit = limit
-        self.parts = []
-        self.kept = 0
-        self.dropped = 0
+        """Start a new call's log; output from threads of earlier calls is dropped from now."""
+        with self._lock:
+            self.limit = limit
+            self.parts = []
+            self.kept = 0
+            self.dropped = 0
+            self.call += 1
+        CURRENT_CALL.set(self.call)
 
     def writable(self) -> bool:
         return True
@@ -132,15 +164,19 @@ class BoundedLog(io.TextIOBase):
     def write(self, text: str) -> int:  # type: ignore[override]
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        room = self.limit - self.kept
-        if room >= len(text):
-            self.parts.append(text)
-            self.kept += len(text)
-        else:
-            if room > 0:
-                self.parts.append(text[:room])
-                self.kept += room
-            self.dropped += len(text) - max(room, 0)
+        owner = CURRENT_CALL.get(None)
+        with self._lock:
+            if owner is not None and owner != self.call:
+                return len(text)  # a thread abandoned by an earlier call
+            room = self.limit - self.kept
+            if room >= len(text):
+                self.parts.append(text)
+                self.kept += len(text)
+            else:
+                if room > 0:
+                    self.parts.append(text[:room])
+                    self.kept += room
+                self.dropped += len(text) - max(room, 0)
         return len(text)
 
     def isatty(self) -> bool:
@@ -193,10 +229,19 @@ class RawOutputCapture:
 
 
 class LoadedFunction:
-    def __init__(self, name: str, function: Callable[..., Any], form: str) -> None:
+    def __init__(self, name: str, function: Callable[..., Any], spec: dict[str, Any]) -> None:
         self.name = name
         self.function = function
-        self.form = form
+        self.form: str = spec["form"]
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.max_concurrency = max(1, int(spec.get("max_concurrency") or 1))
+        sample_timeout = spec.get("sample_timeout_s")
+        self.sample_timeout_s = float(sample_timeout) if sample_timeout else math.inf
+        rate = spec.get("rate_limit_per_s")
+        # The same limiter reward code gets from rft_reward (installed at startup).
+        self.rate_limiter = sys.modules["rft_reward"].RateLimiter(float(rate)) if rate else None
+        # Learned from the last batch: a slow plain function starts in the thread pool at once.
+        self.slow = False
         # A batch function without **kwargs gets only the keywords it names, so extra dataset
         # columns do not break a function written as f(prompts, completions).
         self.keywords: frozenset[str] | None = None
@@ -213,10 +258,53 @@ class LoadedFunction:
             )
 
 
+class SampleOutcomes:
+    """Scores and errors of one per-sample call, filled in as samples finish in any order."""
+
+    def __init__(self, count: int) -> None:
+        self.scores: list[float | None] = [None] * count
+        self.errors: list[dict[str, Any]] = []
+        self.finished = [False] * count
+        self._lock = threading.Lock()
+
+    def value(self, index: int, value: Any) -> None:
+        score, problem = _to_score(value)
+        with self._lock:
+            self.scores[index] = score
+            self.finished[index] = True
+            if problem is not None:
+                self.errors.append(_invalid_return(problem, index))
+
+    def error(self, index: int, error: BaseException) -> None:
+        with self._lock:
+            self.finished[index] = True
+            self.errors.append(_error("exception", error, index))
+
+    def timeout(self, index: int, message: str) -> None:
+        with self._lock:
+            self.finished[index] = True
+            self.errors.append(
+                {"kind": "timeout", "message": message, "traceback": None, "sample_index": index}
+            )
+
+    def time_out_unfinished(self, message: str) -> None:
+        for index, done in enumerate(self.finished):
+            if not done:
+                self.timeout(index, message)
+
+    def sorted_errors(self) -> list[dict[str, Any]]:
+        return sorted(self.errors, key=lambda error: error["sample_index"])
+
+
 class RewardRunner:
-    def __init__(self, own_pid_namespace: bool) -> None:
+    def __init__(self, own_pid_namespace: bool, sample_threads: int) -> None:
         self.own_pid_namespace = own_pid_namespace
+        self.sample_threads = sample_threads
         self.functions: dict[str, LoadedFunction] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._abandoned: list[Future[Any]] = []
+        self._loop: Any = None  # asyncio's loop, made on first use
+        self._loop_broken = False
         self.python_log = BoundedLog()
         self.raw_log = RawOutputCapture()
         sys.stdout = self.python_log
@@ -307,7 +395,7 @@ class RewardRunner:
         function = module.__dict__.get(spec["entry"])
         if not callable(function):
             raise TypeError(f"{spec['entry']!r} is not a function after running the source")
-        return LoadedFunction(name, function, spec["form"])
+        return LoadedFunction(name, function, spec)
 
     def score(self, request: dict[str, Any]) -> dict[str, Any]:
         loaded = self.functions.get(request["function"])
@@ -318,15 +406,16 @@ class RewardRunner:
         timeout_s = float(request["timeout_s"])
         self.python_log.reset(log_limit)
         started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
         if loaded.form == "sample":
-            scores, errors = self._score_samples(loaded, batch, timeout_s)
+            scores, errors = self._score_samples(loaded, batch, deadline, timeout_s)
         else:
-            scores, errors = self._score_batch(loaded, batch, timeout_s)
+            scores, errors = self._score_batch(loaded, batch, deadline, timeout_s)
         duration = time.perf_counter() - started
         logs, truncated = self._collect_logs(log_limit)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
-            "stray_processes": self.has_stray_processes(),
+            "stray_processes": self.has_stray_processes() or self._has_stray_threads(),
             "ok": True,
             "scores": scores,
             "errors": errors,
@@ -337,45 +426,223 @@ class RewardRunner:
         }
 
     def _score_samples(
-        self, loaded: LoadedFunction, batch: dict[str, Any], timeout_s: float
+        self, loaded: LoadedFunction, batch: dict[str, Any], deadline: float, timeout_s: float
     ) -> tuple[list[float | None], list[dict[str, Any]]]:
+        outcomes = SampleOutcomes(len(batch["completions"]))
+        call_message = f"the call took longer than {timeout_s:g} s"
+        if loaded.is_async:
+            self._await_samples(loaded, batch, outcomes, deadline, call_message)
+        else:
+            first = 0
+            if not (loaded.slow and loaded.max_concurrency > 1):
+                first = self._run_samples_here(loaded, batch, outcomes, deadline, call_message)
+            if first < len(outcomes.scores):
+                self._run_samples_in_threads(loaded, batch, first, outcomes, deadline, call_message)
+        return outcomes.scores, outcomes.sorted_errors()
+
+    def _run_samples_here(
+        self,
+        loaded: LoadedFunction,
+        batch: dict[str, Any],
+        outcomes: SampleOutcomes,
+        deadline: float,
+        call_message: str,
+    ) -> int:
+        """Score samples one by one on this thread, each under its own timer. Returns the index
+        to continue from in the thread pool once a sample proved slow (the count when done)."""
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
-        scores: list[float | None] = [None] * len(completions)
-        errors: list[dict[str, Any]] = []
-        function = loaded.function
-        index = 0
-        try:
-            self._arm(timeout_s)
+        function, limiter = loaded.function, loaded.rate_limiter
+        sample_limit = loaded.sample_timeout_s
+        may_switch = loaded.max_concurrency > 1
+        sample_message = f"the sample took longer than {sample_limit:g} s"
+        for index in range(len(completions)):
+            if limiter is not None:
+                time.sleep(limiter.reserve())
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                outcomes.time_out_unfinished(call_message)
+                return len(completions)
+            call_bound = remaining <= sample_limit
+            started = time.perf_counter()
             try:
-                for index in range(len(completions)):
-                    try:
-                        value = function(prompts[index], completions[index], examples[index])
-                        scores[index], problem = _to_score(value)
-                    except CallTimeout:
-                        raise
-                    except BaseException as error:
-                        errors.append(_error("exception", error, index))
-                        continue
-                    if problem is not None:
-                        errors.append(_invalid_return(problem, index))
+                self._arm(min(remaining, sample_limit))
+                try:
+                    value = function(prompts[index], completions[index], examples[index])
+                finally:
+                    self._disarm()
+            except CallTimeout:
+                if call_bound:
+                    outcomes.time_out_unfinished(call_message)
+                    return len(completions)
+                outcomes.timeout(index, sample_message)
+                continue
+            except BaseException as error:
+                outcomes.error(index, error)
+                continue
+            outcomes.value(index, value)
+            if may_switch and time.perf_counter() - started >= POOL_AFTER_SAMPLE_S:
+                loaded.slow = True
+                return index + 1
+        return len(completions)
+
+    def _sample_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            threading.stack_size(SAMPLE_THREAD_STACK_BYTES)
+            self._pool = ThreadPoolExecutor(self.sample_threads, thread_name_prefix="sample")
+        return self._pool
+
+    def _run_samples_in_threads(
+        self,
+        loaded: LoadedFunction,
+        batch: dict[str, Any],
+        first: int,
+        outcomes: SampleOutcomes,
+        deadline: float,
+        call_message: str,
+    ) -> None:
+        """Score samples first.. on up to max_concurrency pool threads. A sample over its limit
+        loses its score; its thread cannot be interrupted, so it is left behind and the
+        process is replaced after this call (see _has_stray_threads)."""
+        prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        function, limiter = loaded.function, loaded.rate_limiter
+        sample_limit = loaded.sample_timeout_s
+        sample_message = f"the sample took longer than {sample_limit:g} s"
+        started_at: list[float | None] = [None] * len(completions)
+        durations: list[float] = []
+
+        def score_one(index: int) -> Any:
+            if limiter is not None:
+                time.sleep(limiter.reserve())
+            started_at[index] = time.monotonic()
+            value = function(prompts[index], completions[index], examples[index])
+            durations.append(time.monotonic() - started_at[index])  # type: ignore[operator]
+            return value
+
+        pool = self._sample_pool()
+        width = min(loaded.max_concurrency, self.sample_threads)
+        waiting = iter(range(first, len(completions)))
+        running: dict[Future[Any], int] = {}
+
+        def fill() -> None:
+            while len(running) < width:
+                index = next(waiting, None)
+                if index is None:
+                    return
+                # A context per sample: one context cannot be entered by two threads at once.
+                context = contextvars.copy_context()
+                running[pool.submit(context.run, score_one, index)] = index
+
+        fill()
+        while running:
+            now = time.monotonic()
+            if now >= deadline:
+                self._abandoned.extend(running)
+                break
+            wake = deadline
+            for index in running.values():
+                began = started_at[index]
+                if began is not None:
+                    wake = min(wake, began + sample_limit)
+            done, _ = wait(running, timeout=max(wake - now, 0), return_when=FIRST_COMPLETED)
+            for future in done:
+                index = running.pop(future)
+                error = future.exception()
+                if error is None:
+                    outcomes.value(index, future.result())
+                else:
+                    outcomes.error(index, error)
+            now = time.monotonic()
+            for future, index in list(running.items()):
+                began = started_at[index]
+                if began is not None and now - began >= sample_limit:
+                    del running[future]
+                    self._abandoned.append(future)
+                    outcomes.timeout(index, sample_message)
+            fill()
+        outcomes.time_out_unfinished(call_message)
+        if durations and sum(durations) / len(durations) < POOL_AFTER_SAMPLE_S:
+            loaded.slow = False
+
+    def _has_stray_threads(self) -> bool:
+        """Whether a timed-out sample's thread still runs: it holds a pool thread and may
+        hold locks or memory, so the parent replaces this process."""
+        self._abandoned = [future for future in self._abandoned if not future.done()]
+        return bool(self._abandoned) or self._loop_broken
+
+    def _event_loop(self) -> Any:
+        import asyncio  # only jobs with async functions pay for the import
+
+        if self._loop is None or self._loop.is_closed():
+            # One loop for the life of the process: clients created on it (an async HTTP
+            # client kept at module level) keep working from one batch to the next.
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop
+
+    def _run_on_loop(self, coroutine: Any, deadline: float) -> Any:
+        """Run `coroutine` under the call's deadline: cancelled at the deadline if it awaits,
+        interrupted by the timer if it blocks the loop (the loop is then given up)."""
+        import asyncio
+
+        loop = self._event_loop()
+        remaining = deadline - time.monotonic()
+        guarded = asyncio.wait_for(coroutine, max(remaining, 0.001))
+        try:
+            # The timer fires a little after the deadline, so cooperative code is cancelled
+            # cleanly first and only code that blocks the loop is interrupted.
+            self._arm(remaining + 0.05)
+            try:
+                return loop.run_until_complete(guarded)
             finally:
                 self._disarm()
         except CallTimeout:
-            message = f"the call took longer than {timeout_s:g} s"
-            for unfinished in range(index, len(completions)):
-                scores[unfinished] = None
-                errors.append(
-                    {
-                        "kind": "timeout",
-                        "message": message,
-                        "traceback": None,
-                        "sample_index": unfinished,
-                    }
-                )
-        return scores, errors
+            self._loop = None  # its tasks are in an unknown state; the process is replaced
+            self._loop_broken = True
+            raise
+
+    def _await_samples(
+        self,
+        loaded: LoadedFunction,
+        batch: dict[str, Any],
+        outcomes: SampleOutcomes,
+        deadline: float,
+        call_message: str,
+    ) -> None:
+        import asyncio
+
+        prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        function, limiter = loaded.function, loaded.rate_limiter
+        sample_limit = None if math.isinf(loaded.sample_timeout_s) else loaded.sample_timeout_s
+        sample_message = f"the sample took longer than {loaded.sample_timeout_s:g} s"
+
+        async def score_one(index: int, gate: asyncio.Semaphore) -> None:
+            async with gate:
+                if limiter is not None:
+                    await asyncio.sleep(limiter.reserve())
+                try:
+                    value = await asyncio.wait_for(
+                        function(prompts[index], completions[index], examples[index]),
+                        sample_limit,
+                    )
+                except TimeoutError:
+                    outcomes.timeout(index, sample_message)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as error:
+                    outcomes.error(index, error)
+                else:
+                    outcomes.value(index, value)
+
+        async def score_all() -> None:
+            gate = asyncio.Semaphore(loaded.max_concurrency)
+            await asyncio.gather(*(score_one(index, gate) for index in range(len(completions))))
+
+        with contextlib.suppress(TimeoutError, CallTimeout):
+            self._run_on_loop(score_all(), deadline)
+        outcomes.time_out_unfinished(call_message)
 
     def _score_batch(
-        self, loaded: LoadedFunction, batch: dict[str, Any], timeout_s: float
+        self, loaded: LoadedFunction, batch: dict[str, Any], deadline: float, timeout_s: float
     ) -> tuple[list[float | None], list[dict[str, Any]]]:
         count = len(batch["completions"])
         nothing: list[float | None] = [None] * count
@@ -383,13 +650,16 @@ class RewardRunner:
         if loaded.keywords is not None:
             arguments = {key: value for key, value in arguments.items() if key in loaded.keywords}
         try:
-            self._arm(timeout_s)
-            try:
-                values = loaded.function(**arguments)
-                return _to_batch_scores(values, count)
-            finally:
-                self._disarm()
-        except CallTimeout:
+            if loaded.is_async:
+                values = self._run_on_loop(loaded.function(**arguments), deadline)
+            else:
+                self._arm(timeout_s)
+                try:
+                    values = loaded.function(**arguments)
+                finally:
+                    self._disarm()
+            return _to_batch_scores(values, count)
+        except (CallTimeout, TimeoutError):
             message = f"the call took longer than {timeout_s:g} s"
             return nothing, [
                 {"kind": "timeout", "message": message, "traceback": None, "sample_index": None}
@@ -478,9 +748,10 @@ def _error(kind: str, error: BaseException, index: int | None) -> dict[str, Any]
 
 
 def _format_user_traceback(error: BaseException) -> str:
-    # Our own frames (the callers of the user's function) are noise to the user.
+    # Our own frames, and the thread pool's or asyncio's that call the user's function for us,
+    # are noise to the user.
     trace = error.__traceback__
-    while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
+    while trace is not None and _is_caller_frame(trace.tb_frame.f_code.co_filename):
         trace = trace.tb_next
     if trace is None:  # the error is in our own code: show all of it
         trace = error.__traceback__
@@ -488,6 +759,26 @@ def _format_user_traceback(error: BaseException) -> str:
     if len(text) > MAX_TRACEBACK_CHARS:
         text = text[: MAX_TRACEBACK_CHARS // 2] + "\n...\n" + text[-MAX_TRACEBACK_CHARS // 2 :]
     return text
+
+
+def _is_caller_frame(filename: str) -> bool:
+    return filename == __file__ or filename.startswith(STDLIB_DIR)
+
+
+def _install_modules(sources: dict[str, str]) -> None:
+    """Helper modules shipped with the sandbox (rft_reward), importable by reward code."""
+    for name, source in sources.items():
+        filename = f"<{name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = types.ModuleType(name)
+        module.__file__ = filename
+        sys.modules[name] = module
+        exec(compile(source, filename, "exec"), module.__dict__)
+
+
+def _limit_malloc_arenas() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_ARENA_MAX, MALLOC_ARENAS)
 
 
 def _short_repr(value: object) -> str:
@@ -563,7 +854,17 @@ def main() -> None:
     # reserve more address space than the memory limit allows.
     os.environ.update(SINGLE_THREADED_LIBRARIES)
     os.environ.update(configuration.get("env", {}))
-    runner = RewardRunner(own_pid_namespace=bool(limits.pop("own_pid_namespace", False)))
+    _limit_malloc_arenas()
+    _install_modules(configuration.get("modules", {}))
+    # Threads count against RLIMIT_NPROC: leave half of it to the code's own processes.
+    process_limit = limits.get("processes")
+    sample_threads = MAX_SAMPLE_THREADS
+    if process_limit:
+        sample_threads = max(1, min(sample_threads, int(process_limit) // 2))
+    runner = RewardRunner(
+        own_pid_namespace=bool(limits.pop("own_pid_namespace", False)),
+        sample_threads=sample_threads,
+    )
     # From here on, anything written to fd 1 or 2 lands in the capture file.
     os.dup2(runner.raw_log.fd, 1)
     os.dup2(runner.raw_log.fd, 2)

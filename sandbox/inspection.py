@@ -72,16 +72,11 @@ def find_reward_entry_point(name: str, source: str) -> RewardEntryPoint:
     named = [node for node in definitions if node.name == name]
     chosen = named[-1] if named else definitions[-1]
 
-    if isinstance(chosen, ast.AsyncFunctionDef):
-        raise RewardCodeError(
-            name,
-            f"async reward functions are not supported (line {chosen.lineno}): use a plain def",
-        )
     form = _decide_form(name, chosen)
     return RewardEntryPoint(function_name=chosen.name, form=form, line=chosen.lineno)
 
 
-def _decide_form(name: str, function: ast.FunctionDef) -> RewardForm:
+def _decide_form(name: str, function: ast.FunctionDef | ast.AsyncFunctionDef) -> RewardForm:
     arguments = function.args
     positional = [*arguments.posonlyargs, *arguments.args]
     if positional and positional[0].arg in BATCH_FIRST_PARAMETERS:

@@ -54,6 +54,9 @@ from sandbox.uids import NoFreeUidError, UidLease, lease_uid
 
 logger = logging.getLogger(__name__)
 
+# Modules reward code can import inside the sandbox (retries with backoff, rate limits); sent
+# with the first frame, so the sandbox's filesystem needs nothing more than the child program.
+HELPER_MODULES = {"rft_reward": Path(__file__).with_name("rft_reward.py").read_text()}
 # A warm child is replaced before its RLIMIT_CPU can fire in the middle of a call.
 CPU_RECYCLE_FRACTION = 0.8
 READ_CHUNK = 1 << 20
@@ -114,7 +117,7 @@ class SandboxWorker:
         assert self.process.stdin is not None and self.process.stdout is not None
         os.set_blocking(self.process.stdin.fileno(), False)
         os.set_blocking(self.process.stdout.fileno(), False)
-        configuration = encode_frame({"env": self.settings.env})
+        configuration = encode_frame({"env": self.settings.env, "modules": HELPER_MODULES})
         try:
             reply = self.request(configuration, self.settings.start_timeout_s)
         except WorkerFailure as failure:
@@ -385,6 +388,12 @@ class ProcessSandbox(RewardSandbox):
                         "version": spec.version,
                         "entry": entry.function_name,
                         "form": entry.form.value,
+                        "max_concurrency": spec.max_concurrency,
+                        "sample_timeout_s": min(
+                            spec.sample_timeout_s or self.settings.sample_timeout_s,
+                            self.settings.call_timeout_s,
+                        ),
+                        "rate_limit_per_s": spec.rate_limit_per_s,
                     }
                     for spec, entry in zip(specs, entries, strict=True)
                 ],

@@ -70,6 +70,14 @@ class SandboxSettings:
             "child interrupts the call at this time; the parent kills it shortly after."
         },
     )
+    sample_timeout_s: float = field(
+        default=10.0,
+        metadata={
+            "help": "Wall-clock limit of one sample of a per-sample function (capped by "
+            "call_timeout_s): a sample over it loses only its own score. A function may set "
+            "its own."
+        },
+    )
     kill_grace_s: float = field(
         default=0.5,
         metadata={"help": "How long after call_timeout_s the parent waits before SIGKILL."},
@@ -135,6 +143,7 @@ class SandboxSettings:
             "max_open_files": self.max_open_files,
             "tmp_size_mb": self.tmp_size_mb,
             "call_timeout_s": self.call_timeout_s,
+            "sample_timeout_s": self.sample_timeout_s,
             "start_timeout_s": self.start_timeout_s,
             "workers": self.workers,
             "uid_range_count": self.uid_range_count,

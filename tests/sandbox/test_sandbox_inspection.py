@@ -58,9 +58,10 @@ def test_syntax_error_names_the_line() -> None:
     assert caught.value.function_name == "r"
 
 
-def test_async_functions_are_refused() -> None:
-    with pytest.raises(RewardCodeError, match="async reward functions are not supported"):
-        inspect_reward_source("r", "async def r(p, c, e):\n    return 1\n")
+def test_async_functions_take_both_forms() -> None:
+    assert inspect_reward_source("r", "async def r(p, c, e):\n    return 1\n") == RewardForm.SAMPLE
+    batch = "async def r(prompts, completions, **kwargs):\n    return []\n"
+    assert inspect_reward_source("r", batch) == RewardForm.BATCH
 
 
 @pytest.mark.parametrize(
