@@ -53,8 +53,12 @@ def main() -> None:
                 "brevity": rft.RewardFunction(brevity, weight=0.2),
             },
             base_model="rft-tiny",
+            # The defaults are for real models; the built-in tiny model has a preset of its own.
             hyperparameters=rft.Hyperparameters(
-                train_steps=TRAIN_STEPS, num_generations=4, max_completion_length=12
+                preset="tiny-cpu",
+                train_steps=TRAIN_STEPS,
+                num_generations=4,
+                max_completion_length=12,
             ),
             name="full session example",
         )

@@ -18,4 +18,8 @@ TINY_HYPERPARAMETERS: dict[str, Any] = {
     "top_p": 1.0,
     "beta": 0.0,
     "loss_type": "dapo",
+    "lr_scheduler_type": "constant",
+    "warmup_ratio": 0.0,
+    "epsilon": 0.2,
+    "epsilon_high": 0.2,
 }

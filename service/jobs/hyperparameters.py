@@ -1,36 +1,186 @@
-"""GRPO hyperparameters a job may set. The defaults make the built-in tiny model learn on CPU."""
+"""GRPO hyperparameters a job may set. The defaults are for LoRA GRPO on real models.
+
+Where the defaults come from (each field's description says which applies):
+- TRL 1.16 ``GRPOConfig`` defaults: num_generations 8, max_completion_length 512, beta 0.0,
+  temperature 1.0, top_p 1.0, loss_type "dapo", epsilon 0.2, scale_rewards "group",
+  mask_truncated_completions False, max_grad_norm 1.0 (transformers' default).
+- TRL's "LoRA Without Regret" guide (docs/source/lora_without_regret.md, after Schulman et al.
+  2025): LoRA on all linear layers, a learning rate ~10x full fine-tuning's (1e-5 with LoRA
+  against TRL's 1e-6 for full fine-tuning), rank 1-32 is enough for RL, alpha 32, dropout 0,
+  cosine schedule, max_grad_norm 1.0.
+- Predibase's GRPO config defaults: learning rate 1e-5, warmup_ratio 0.03.
+- DAPO (as TRL's docs quote it): the upper clip bound epsilon_high 0.28 ("clip-higher").
+
+A ``preset`` fills the fields the request leaves out with values for a model size; what is
+stored and returned is always the resolved values, so a job's record says exactly what ran.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossType = Literal["grpo", "dapo", "dr_grpo", "bnpo"]
+SchedulerType = Literal["constant", "constant_with_warmup", "linear", "cosine"]
+RewardScaling = Literal["group", "batch", "none"]
+DeviceSwitch = bool | Literal["auto"]
+PresetName = Literal["tiny-cpu", "small", "medium"]
+
+# Like OpenAI's completions API: a few short strings, so matching them costs nothing.
+MAX_STOP_SEQUENCES = 4
+MAX_STOP_SEQUENCE_CHARS = 64
+# micro_batch_size left unset: the largest divisor of the step's completions whose completion
+# tokens fit in this budget, so long completions are split into several backward passes.
+AUTO_MICRO_BATCH_TOKENS = 8192
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The built-in 148k-parameter model on CPU: it only learns within a few dozen steps with a
+    # large learning rate and short completions (measured, see /work/shared/FACTS.md).
+    "tiny-cpu": {
+        "learning_rate": 2e-2,
+        "num_generations": 8,
+        "prompts_per_step": 2,
+        "max_completion_length": 16,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "loss_type": "dapo",
+        "lr_scheduler_type": "constant",
+        "warmup_ratio": 0.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+    },
+    # 0.5B-3B models on one GPU: the defaults below.
+    "small": {},
+    # 7B-14B models on one 80 GB GPU: activations grow with the hidden size, so the backward
+    # pass runs on fewer completions at a time (a memory choice, not from a published recipe).
+    "medium": {"micro_batch_size": 4},
+}
 
 
 class Hyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and Infinity pass `ge` bounds (beta = Infinity did) and cannot be stored as JSON.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    train_steps: int = Field(20, ge=1, le=100_000, description="Optimizer steps to run.")
-    learning_rate: float = Field(2e-2, gt=0, le=1.0, description="LoRA learning rate (constant).")
-    num_generations: int = Field(
-        8, ge=2, le=256, description="Completions sampled per prompt (the GRPO group size)."
+    preset: PresetName | None = Field(
+        None,
+        description="Fill the fields this request leaves out from a preset: 'tiny-cpu' (the "
+        "built-in rft-tiny model on CPU), 'small' (0.5B-3B; the defaults), 'medium' "
+        "(7B-14B: micro_batch_size 4). Fields you set win.",
     )
-    prompts_per_step: int = Field(2, ge=1, le=1024, description="Distinct prompts per step.")
-    max_completion_length: int = Field(16, ge=1, le=32_768, description="Tokens per completion.")
+    train_steps: int = Field(20, ge=1, le=100_000, description="Optimizer steps to run.")
+    learning_rate: float = Field(
+        1e-5,
+        gt=0,
+        le=1.0,
+        description="Peak learning rate of the LoRA adapter. 1e-5: TRL's LoRA GRPO recipe "
+        "(10x the 1e-6 it uses for full fine-tuning) and Predibase's GRPO default.",
+    )
+    lr_scheduler_type: SchedulerType = Field(
+        "cosine", description="Learning-rate schedule after warmup (TRL's LoRA GRPO recipe)."
+    )
+    warmup_ratio: float = Field(
+        0.03,
+        ge=0,
+        lt=1,
+        description="Share of train_steps spent ramping the learning rate up from 0 "
+        "(Predibase's GRPO default).",
+    )
+    max_grad_norm: float = Field(
+        1.0, ge=0, description="Gradient clipping norm; 0 turns clipping off (TRL's default)."
+    )
+    num_generations: int = Field(
+        8,
+        ge=2,
+        le=256,
+        description="Completions sampled per prompt, the GRPO group size (TRL's default).",
+    )
+    prompts_per_step: int = Field(
+        4,
+        ge=1,
+        le=1024,
+        description="Distinct prompts per optimizer step; a step trains on prompts_per_step x "
+        "num_generations completions (32 by default: TRL's LoRA guide keeps LoRA batches small).",
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Completions per forward/backward pass. A step still generates all its "
+        "completions at once and takes one optimizer step; its backward pass runs in "
+        "completions_per_step / micro_batch_size parts. Must divide completions_per_step. "
+        f"Unset: the largest divisor with at most {AUTO_MICRO_BATCH_TOKENS} completion tokens "
+        "(micro_batch_size x max_completion_length).",
+    )
+    max_completion_length: int = Field(
+        512, ge=1, le=32_768, description="Tokens per completion (TRL's default)."
+    )
     max_prompt_length: int | None = Field(
         None, ge=1, description="Truncate prompts to this many tokens (None keeps them whole)."
     )
-    temperature: float = Field(1.0, gt=0, le=5.0)
-    top_p: float = Field(1.0, gt=0, le=1.0)
-    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 skips the reference model.")
-    loss_type: LossType = "dapo"
-    lora_rank: int = Field(16, ge=1, le=1024)
-    lora_alpha: int = Field(32, ge=1, le=4096)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
-    seed: int = Field(0, ge=0)
+    stop: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_STOP_SEQUENCES,
+        description="Stop sequences: a completion ends after the token that completes the "
+        "first of these strings, which stays in the completion (and in training, like an "
+        "end-of-sequence token). Such a completion counts as finished, not truncated.",
+    )
+    temperature: float = Field(
+        1.0, gt=0, le=5.0, description="Sampling temperature (TRL's default: on-policy)."
+    )
+    top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling (TRL's default).")
+    beta: float = Field(
+        0.0,
+        ge=0,
+        description="KL coefficient; 0 skips the reference model (TRL's default, as in DAPO "
+        "and Dr. GRPO).",
+    )
+    loss_type: LossType = Field(
+        "dapo",
+        description="How token losses are averaged (TRL's default 'dapo': over the step's "
+        "tokens, no length bias). 'bnpo' averages per micro-batch, so it depends on "
+        "micro_batch_size.",
+    )
+    epsilon: float = Field(
+        0.2, gt=0, le=1.0, description="Lower clipping range of the policy ratio (TRL's default)."
+    )
+    epsilon_high: float = Field(
+        0.28,
+        gt=0,
+        le=10.0,
+        description="Upper clipping range; at least epsilon. 0.28: DAPO's clip-higher, which "
+        "TRL's docs recommend alongside the 'dapo' loss.",
+    )
+    scale_rewards: RewardScaling = Field(
+        "group",
+        description="Divide advantages by the reward std of the prompt's group ('group', TRL's "
+        "default), of the whole step ('batch'), or not at all ('none', as Dr. GRPO does).",
+    )
+    mask_truncated_completions: bool = Field(
+        False,
+        description="Leave completions cut at max_completion_length out of the loss (DAPO "
+        "recommends it; TRL's default is off, since a model that never finishes within the "
+        "limit would then learn nothing).",
+    )
+    lora_rank: int = Field(
+        16, ge=1, le=1024, description="LoRA rank; TRL's LoRA guide finds 1-32 enough for RL."
+    )
+    lora_alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha (TRL's LoRA GRPO recipe).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="TRL's LoRA GRPO recipe: 0.")
+    lora_target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="Which layers get adapters; all linear layers (TRL's LoRA guide: "
+        "attention-only LoRA underperforms).",
+    )
+    bf16: DeviceSwitch = Field(
+        "auto", description="Train in bfloat16. 'auto': on where the GPU supports it, off on CPU."
+    )
+    activation_checkpointing: DeviceSwitch = Field(
+        "auto",
+        description="Recompute activations in the backward pass instead of keeping them (less "
+        "memory, ~30% more compute). 'auto': on with CUDA, off on CPU.",
+    )
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="NumPy's seed range.")
     reward_error_rate_limit: float = Field(
         0.5,
         ge=0,
@@ -43,15 +193,79 @@ class Hyperparameters(BaseModel):
         10, ge=1, description="Save the adapter (and trainer state) every N steps."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            return {**PRESETS[data["preset"]], **data}
+        return data
+
+    @field_validator("stop")
+    @classmethod
+    def _check_stop(cls, stop: list[str]) -> list[str]:
+        for sequence in stop:
+            if not sequence:
+                raise ValueError("stop: an empty string would end every completion at once")
+            if len(sequence) > MAX_STOP_SEQUENCE_CHARS:
+                raise ValueError(
+                    f"stop: {sequence[:20]!r}... is longer than {MAX_STOP_SEQUENCE_CHARS} "
+                    "characters"
+                )
+        if len(set(stop)) != len(stop):
+            raise ValueError("stop: the same string is given twice")
+        return stop
+
     @model_validator(mode="after")
-    def _check_lora(self) -> Hyperparameters:
+    def _check_combinations(self) -> Hyperparameters:
         if isinstance(self.lora_target_modules, list):
             if not self.lora_target_modules:
                 raise ValueError("lora_target_modules: give at least one module or 'all-linear'")
             if "lm_head" in self.lora_target_modules:
                 raise ValueError("lora_target_modules: TRL does not train LoRA on lm_head")
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(
+                f"epsilon_high ({self.epsilon_high}) must be at least epsilon ({self.epsilon}): "
+                "the upper clipping range cannot be narrower than the lower one"
+            )
+        if self.lr_scheduler_type == "constant" and "warmup_ratio" not in self.model_fields_set:
+            # Asking for a constant rate means no ramp, unless a warmup was asked for too.
+            self.warmup_ratio = 0.0
+        if self.lr_scheduler_type == "constant" and self.warmup_ratio > 0:
+            raise ValueError(
+                "lr_scheduler_type 'constant' has no warmup: use 'constant_with_warmup', or "
+                "set warmup_ratio to 0"
+            )
+        completions = self.completions_per_step
+        if self.micro_batch_size is None:
+            self.micro_batch_size = auto_micro_batch_size(completions, self.max_completion_length)
+        elif completions % self.micro_batch_size != 0:
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) must divide the completions of a "
+                f"step ({completions} = prompts_per_step {self.prompts_per_step} x "
+                f"num_generations {self.num_generations}); leave it unset to have one chosen"
+            )
         return self
 
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.num_generations
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Backward passes per optimizer step (micro-batches of one generation batch)."""
+        return self.completions_per_step // self.resolved_micro_batch_size
+
+    @property
+    def resolved_micro_batch_size(self) -> int:
+        # Always set after validation; the property keeps the type checker sure of it.
+        if self.micro_batch_size is None:
+            return auto_micro_batch_size(self.completions_per_step, self.max_completion_length)
+        return self.micro_batch_size
+
+
+def auto_micro_batch_size(completions_per_step: int, max_completion_length: int) -> int:
+    """The largest divisor of ``completions_per_step`` within AUTO_MICRO_BATCH_TOKENS."""
+    fits = max(1, AUTO_MICRO_BATCH_TOKENS // max_completion_length)
+    return max(
+        d for d in range(1, completions_per_step + 1) if completions_per_step % d == 0 and d <= fits
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -10,20 +11,65 @@ from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from workers.training.stop_sequences import stop_length
+
 
 class RecordingGRPOTrainer(GRPOTrainer):
-    """Keeps each generation's advantages, truncates long prompts, and retunes sampling mid-run."""
+    """Keeps each generation's advantages, truncates long prompts, ends completions at stop
+    sequences, and retunes sampling mid-run."""
 
-    def __init__(self, *args: Any, max_prompt_length: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        max_prompt_length: int | None = None,
+        stop_sequences: Sequence[str] = (),
+        mask_truncated_completions: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_prompt_length = max_prompt_length
+        self.stop_sequences = list(stop_sequences)
+        # TRL calls a completion truncated when its last token is not EOS, which a completion
+        # ended by a stop sequence is too: with stop sequences we mask truncated ones ourselves
+        # (run_grpo then leaves TRL's mask_truncated_completions off).
+        self.mask_truncated_after_stop = mask_truncated_completions and bool(stop_sequences)
+        # Per completion of the latest generation, on this process: did it end by itself?
+        self._finished: list[bool] = []
         # Advantages of the latest generation batch, in the order TRL scored the samples (the
         # reward function's order). Read from the returned batch, not from TRL's completion log,
         # which is a bounded deque shared across steps.
         self.last_advantages: list[float] | None = None
 
+    def _generate_single_turn(self, *args: Any, **kwargs: Any) -> tuple[list[list[int]], Any]:
+        completion_ids, logprobs = super()._generate_single_turn(*args, **kwargs)
+        if not self.stop_sequences:
+            return completion_ids, logprobs
+        ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        self._finished = []
+        for index, ids in enumerate(completion_ids):
+            keep = stop_length(ids, self._decode, self.stop_sequences)
+            if keep is not None:
+                completion_ids[index] = list(ids[:keep])
+                if logprobs is not None:
+                    logprobs[index] = logprobs[index][:keep]
+            self._finished.append(keep is not None or (len(ids) > 0 and ids[-1] in ends))
+        return completion_ids, logprobs
+
+    def _decode(self, token_ids: Sequence[int]) -> str:
+        # As TRL decodes completions for the reward functions.
+        return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
+        if self.mask_truncated_after_stop:
+            # What TRL's mask_truncated_completions does, with stop sequences counted as ends:
+            # a truncated completion keeps its advantage but none of its tokens enter the loss.
+            mask: torch.Tensor = output["completion_mask"]
+            finished = torch.tensor(self._finished, device=mask.device, dtype=mask.dtype)
+            output["completion_mask"] = mask * finished.unsqueeze(1)
+            output["num_items_in_batch"] = self.accelerator.gather(
+                output["completion_mask"].sum()
+            ).sum()
         advantages: torch.Tensor = output["advantages"]
         # (B,) in stock GRPO; subclasses may return per-token (B, T): a sample's advantage is then
         # the same on every token, so the first one stands for it.

@@ -71,7 +71,9 @@ class StepReporter(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         self._step_started = time.perf_counter()
-        update = self._observer.poll_reward_config(self._dispatcher.config.version)
+        update = self._observer.poll_reward_config(
+            self._dispatcher.config.version, starting_step=state.global_step + 1
+        )
         if (
             update is None
             or update.version == self._dispatcher.config.version
@@ -102,8 +104,9 @@ class StepReporter(TrainerCallback):
             return
         generation = self._dispatcher.last_generation
         if generation is None or generation.step != state.global_step:
-            # Only possible if TRL reused a generation across steps (steps_per_generation > 1),
-            # which run_grpo never configures: better a missing record than a wrong one.
+            # Only possible if TRL reused a generation across optimizer steps, which run_grpo
+            # never configures (steps_per_generation always equals gradient accumulation, so
+            # each optimizer step generates once): better a missing record than a wrong one.
             logger.warning("step %d: no generation of its own to report", state.global_step)
             return
         record = self._build_record(state.global_step, generation, logs)

@@ -55,36 +55,67 @@ class JobStatus(StrEnum):
 
 
 class Hyperparameters(BaseModel):
-    """GRPO settings of a job. Only the fields you set are sent; the server fills the rest."""
+    """GRPO settings of a job. Only the fields you set are sent; the server fills the rest.
+
+    A field left as None takes the server's value: the preset's when ``preset`` is set, else
+    the default for LoRA GRPO on real models. ``job.hyperparameters`` holds the resolved
+    values. The server's table (defaults and where they come from): docs/hyperparameters.md.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    train_steps: int = Field(20, ge=1, description="Optimizer steps to run.")
-    learning_rate: float = Field(2e-2, gt=0, le=1.0, description="LoRA learning rate.")
-    num_generations: int = Field(
-        8, ge=2, description="Completions sampled per prompt (the GRPO group size)."
+    preset: Literal["tiny-cpu", "small", "medium"] | None = Field(
+        None,
+        description="Fill unset fields for a model size: 'tiny-cpu' (the built-in rft-tiny on "
+        "CPU), 'small' (0.5B-3B; the defaults), 'medium' (7B-14B).",
     )
-    prompts_per_step: int = Field(2, ge=1, description="Distinct prompts per step.")
-    max_completion_length: int = Field(16, ge=1, description="Tokens per completion.")
+    train_steps: int | None = Field(None, ge=1, description="Optimizer steps to run.")
+    learning_rate: float | None = Field(None, gt=0, le=1.0, description="Peak LoRA learning rate.")
+    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] | None = None
+    warmup_ratio: float | None = Field(None, ge=0, lt=1, description="Share of steps warming up.")
+    max_grad_norm: float | None = Field(None, ge=0, description="Gradient clipping; 0 is off.")
+    num_generations: int | None = Field(
+        None, ge=2, description="Completions sampled per prompt (the GRPO group size)."
+    )
+    prompts_per_step: int | None = Field(None, ge=1, description="Distinct prompts per step.")
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Completions per backward pass; divides prompts_per_step x num_generations.",
+    )
+    max_completion_length: int | None = Field(None, ge=1, description="Tokens per completion.")
     max_prompt_length: int | None = Field(None, ge=1, description="Truncate prompts (tokens).")
-    temperature: float = Field(1.0, gt=0, le=5.0)
-    top_p: float = Field(1.0, gt=0, le=1.0)
-    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 skips the reference model.")
-    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
-    lora_rank: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
-    seed: int = Field(0, ge=0)
-    reward_error_rate_limit: float = Field(
-        0.5,
+    stop: list[str] | None = Field(
+        None, max_length=4, description="Stop sequences (at most 4, 64 characters each)."
+    )
+    temperature: float | None = Field(None, gt=0, le=5.0)
+    top_p: float | None = Field(None, gt=0, le=1.0)
+    beta: float | None = Field(None, ge=0, description="KL coefficient; 0 skips the reference.")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] | None = None
+    epsilon: float | None = Field(None, gt=0, le=1.0, description="Lower clipping range.")
+    epsilon_high: float | None = Field(
+        None, gt=0, le=10.0, description="Upper clipping range (at least epsilon)."
+    )
+    scale_rewards: Literal["group", "batch", "none"] | None = None
+    mask_truncated_completions: bool | None = None
+    lora_rank: int | None = Field(None, ge=1)
+    lora_alpha: int | None = Field(None, ge=1)
+    lora_dropout: float | None = Field(None, ge=0, lt=1)
+    lora_target_modules: list[str] | Literal["all-linear"] | None = None
+    bf16: bool | Literal["auto"] | None = None
+    activation_checkpointing: bool | Literal["auto"] | None = None
+    seed: int | None = Field(None, ge=0)
+    reward_error_rate_limit: float | None = Field(
+        None,
         ge=0,
         le=1,
         description="Circuit breaker: the job fails when one reward function fails on more "
         "than this share of a step's samples for reward_error_patience consecutive steps.",
     )
-    reward_error_patience: int = Field(3, ge=1, description="See reward_error_rate_limit.")
-    checkpoint_every: int = Field(10, ge=1, description="Save the adapter every N steps.")
+    reward_error_patience: int | None = Field(
+        None, ge=1, description="See reward_error_rate_limit."
+    )
+    checkpoint_every: int | None = Field(None, ge=1, description="Save the adapter every N steps.")
 
 
 class Job(BaseModel):

@@ -64,8 +64,9 @@ def _create_request(
     idempotency_key: str | None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
-        # Only what the caller set: the server's defaults stay the single source of truth.
-        hyperparameters = hyperparameters.model_dump(exclude_unset=True)
+        # Only what the caller set: the server's defaults (and presets) stay the single
+        # source of truth; None means "the server's value" too.
+        hyperparameters = hyperparameters.model_dump(exclude_unset=True, exclude_none=True)
     body: dict[str, Any] = {
         "dataset_id": dataset.id if isinstance(dataset, Dataset) else dataset,
         "reward_functions": reward_functions_request(reward_functions),
