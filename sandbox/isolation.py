@@ -12,8 +12,14 @@ With isolation="bwrap" and a root worker (the normal deployment), the layers are
    `setpriv`: it switches to a real unprivileged host uid (one per child, leased from a
    range by sandbox/uids.py, so per-uid limits are never shared), clears the groups, the bounding
    and inheritable capability sets and sets no_new_privs before exec'ing Python.
-3. The child applies hard rlimits (memory, CPU, processes, open files, file size) before
+3. bubblewrap installs a seccomp filter (sandbox/seccomp.py) just before it execs setpriv:
+   ptrace, mounts, BPF, keyrings, perf, kernel modules, clock changes, new namespaces and a
+   few more calls reward code never needs fail with EPERM, for the whole tree.
+4. The child applies hard rlimits (memory, CPU, processes, open files, file size) before
    any user code runs; as an unprivileged uid it cannot raise them again.
+5. Where the host offers cgroups, the tree starts inside a cgroup of its own (sandbox/
+   cgroups.py) whose memory and pids limits count all its processes together, which
+   per-process and per-uid rlimits cannot.
 
 Why not `--unshare-all`: it implies a user namespace, and a root-created user namespace maps
 only uid 0, so the code could not drop to an unprivileged uid; mapping 65534 inside while
@@ -35,6 +41,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.cgroups import (
+    CgroupHost,
+    CgroupLimits,
+    CgroupUnavailableError,
+    SandboxCgroup,
+    cgroup_host_for,
+)
+from sandbox.seccomp import SeccompUnsupportedError, filter_for_this_machine
 from sandbox.settings import SandboxSettings
 
 CHILD_PROGRAM = Path(__file__).with_name("child.py")
@@ -59,6 +73,9 @@ class LaunchPlan:
     env: dict[str, str]  # the environment of the first process (bwrap, or the child itself)
     data_files: dict[str, str]  # inside path -> content, handed to bwrap through pipes
     uses_bwrap: bool
+    seccomp_filter: bytes | None = None  # compiled BPF, handed to bwrap through a pipe
+    # Where to create the tree's cgroup and its limits; None: rlimits only.
+    cgroup: tuple[CgroupHost, CgroupLimits] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,7 @@ def child_limits(settings: SandboxSettings) -> dict[str, int]:
 
 def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> LaunchPlan:
     """Build the command that starts the child (or `program`, for probing) under `settings`."""
+    cgroup = _plan_cgroup(settings)
     if settings.isolation == "none":
         python = sys.executable
         limits = child_limits(settings) | {
@@ -93,11 +111,28 @@ def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> 
         }
         argv = program or [python, "-I", "-S", "-B", str(CHILD_PROGRAM), json.dumps(limits)]
         env = {"PATH": SEARCH_PATH, "LANG": "C.UTF-8", "HOME": "/tmp"}
-        return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False)
-    return _plan_bwrap(settings, program)
+        return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False, cgroup=cgroup)
+    return _plan_bwrap(settings, program, cgroup)
 
 
-def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchPlan:
+def _plan_cgroup(settings: SandboxSettings) -> tuple[CgroupHost, CgroupLimits] | None:
+    try:
+        host = cgroup_host_for(settings.cgroups)
+    except CgroupUnavailableError as error:
+        raise SandboxUnavailableError(
+            f"{error}; or set cgroups='auto' (RFT_SANDBOX_CGROUPS=auto) to rely on rlimits"
+        ) from None
+    if host is None:
+        return None
+    memory_bytes = settings.memory_limit_mb * 1024 * 1024
+    return host, CgroupLimits(memory_bytes=memory_bytes, pids=settings.cgroup_pids_max)
+
+
+def _plan_bwrap(
+    settings: SandboxSettings,
+    program: list[str] | None,
+    cgroup: tuple[CgroupHost, CgroupLimits] | None,
+) -> LaunchPlan:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailableError(
@@ -188,7 +223,18 @@ def _plan_bwrap(settings: SandboxSettings, program: list[str] | None) -> LaunchP
     else:
         limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
         argv += [inside_python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
-    return LaunchPlan(argv=argv, env={"PATH": SEARCH_PATH}, data_files=data_files, uses_bwrap=True)
+    try:
+        seccomp_filter = filter_for_this_machine()
+    except SeccompUnsupportedError as error:
+        raise SandboxUnavailableError(str(error)) from None
+    return LaunchPlan(
+        argv=argv,
+        env={"PATH": SEARCH_PATH},
+        data_files=data_files,
+        uses_bwrap=True,
+        seccomp_filter=seccomp_filter,
+        cgroup=cgroup,
+    )
 
 
 @dataclass
@@ -196,30 +242,42 @@ class SpawnedChild:
     process: subprocess.Popen[bytes]
     # Read end of bwrap's --info-fd: it reports the host pid of the namespace's init there.
     info_fd: int | None
+    # The tree's cgroup: remove() it once the process has been waited for.
+    cgroup: SandboxCgroup | None = None
 
 
 def spawn(plan: LaunchPlan, **popen_arguments: object) -> SpawnedChild:
-    """Start `plan`, feeding its data files to bwrap through pipes it reads at setup."""
+    """Start `plan`: its data files and seccomp filter go to bwrap through pipes it reads at
+    setup, and the whole tree starts inside the plan's cgroup."""
     argv = list(plan.argv)
     passed: list[int] = []
     extra: list[str] = []
-    for inside_path, content in plan.data_files.items():
-        read_end, write_end = os.pipe()
-        # Small files fit the pipe buffer, so writing before the spawn cannot block.
-        os.write(write_end, content.encode())
-        os.close(write_end)
-        passed.append(read_end)
-        extra += ["--perms", "0644", "--ro-bind-data", str(read_end), inside_path]
     info_fd = None
-    if plan.uses_bwrap:
-        info_fd, info_write_end = os.pipe()
-        passed.append(info_write_end)
-        extra += ["--info-fd", str(info_write_end)]
-    if extra:
-        # Before bwrap's end-of-options marker, after the /etc it creates with open permissions.
-        end_of_options = argv.index("--")
-        argv[end_of_options:end_of_options] = extra
+    cgroup = None
     try:
+        for inside_path, content in plan.data_files.items():
+            passed.append(_pipe_holding(content.encode()))
+            extra += ["--perms", "0644", "--ro-bind-data", str(passed[-1]), inside_path]
+        if plan.seccomp_filter is not None:
+            passed.append(_pipe_holding(plan.seccomp_filter))
+            extra += ["--seccomp", str(passed[-1])]
+        if plan.uses_bwrap:
+            info_fd, info_write_end = os.pipe()
+            passed.append(info_write_end)
+            extra += ["--info-fd", str(info_write_end)]
+        if extra:
+            # Before bwrap's end-of-options marker, after the /etc it creates with open
+            # permissions.
+            end_of_options = argv.index("--")
+            argv[end_of_options:end_of_options] = extra
+        if plan.cgroup is not None:
+            try:
+                cgroup = SandboxCgroup.create(*plan.cgroup)
+            except OSError as error:
+                raise SandboxUnavailableError(
+                    f"cannot create the sandbox's cgroup: {error}"
+                ) from error
+            argv = cgroup.wrap(argv)
         process = subprocess.Popen(  # type: ignore[call-overload]
             argv,
             env=plan.env,
@@ -231,11 +289,27 @@ def spawn(plan: LaunchPlan, **popen_arguments: object) -> SpawnedChild:
     except BaseException:
         if info_fd is not None:
             os.close(info_fd)
+        if cgroup is not None:
+            cgroup.remove()
         raise
     finally:
         for fd in passed:
             os.close(fd)
-    return SpawnedChild(process=process, info_fd=info_fd)
+    return SpawnedChild(process=process, info_fd=info_fd, cgroup=cgroup)
+
+
+def _pipe_holding(content: bytes) -> int:
+    """The read end of a pipe that holds `content` and is closed for writing."""
+    read_end, write_end = os.pipe()
+    try:
+        # Small contents fit the pipe buffer, so writing before the spawn cannot block.
+        os.write(write_end, content)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 @functools.cache
@@ -258,6 +332,13 @@ def detect_isolation() -> IsolationCheck:
         finally:
             if spawned.info_fd is not None:
                 os.close(spawned.info_fd)
+            if finished.poll() is None:
+                finished.kill()
+                finished.wait()
+            if spawned.cgroup is not None:
+                spawned.cgroup.remove()
+    except SandboxUnavailableError as error:
+        return IsolationCheck(False, str(error))
     except (OSError, subprocess.TimeoutExpired) as error:
         return IsolationCheck(False, f"bubblewrap could not start: {error}")
     if finished.returncode != 0:

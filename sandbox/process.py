@@ -34,6 +34,7 @@ from sandbox.api import (
     RewardSandbox,
     ScoringBatch,
 )
+from sandbox.cgroups import SandboxCgroup
 from sandbox.child import (
     FRAME_HEADER,
     MAX_FRAME_BYTES,
@@ -83,6 +84,7 @@ class SandboxWorker:
         self.uid_lease: UidLease | None = None
         # Host pid of the pid namespace's init (bwrap only); killing it empties the namespace.
         self.namespace_init_pid: int | None = None
+        self.cgroup: SandboxCgroup | None = None  # the tree's own cgroup, if the host has them
         self.loaded_body: bytes | None = None  # the load request this child has accepted
         self._diagnostics: IO[bytes] | None = None
         self._inbox = bytearray()
@@ -110,6 +112,7 @@ class SandboxWorker:
         except OSError as error:
             raise SandboxUnavailableError(f"cannot start the sandbox process: {error}") from error
         self.process = spawned.process
+        self.cgroup = spawned.cgroup
         if spawned.info_fd is not None:
             self.namespace_init_pid = _read_namespace_init_pid(
                 spawned.info_fd, time.monotonic() + self.settings.start_timeout_s
@@ -274,6 +277,9 @@ class SandboxWorker:
             for pipe in (process.stdin, process.stdout):
                 if pipe is not None:
                     pipe.close()
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
 
     def shut_down(self) -> None:
         self.kill()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 Isolation = Literal["bwrap", "none"]
+CgroupMode = Literal["auto", "require", "off"]
 MAX_UID = 2**32 - 2  # (uid_t)-1 means "unchanged" to setuid
 # Environment variables the sandbox sets itself; a job's environment cannot override them.
 RESERVED_ENV = frozenset(
@@ -59,6 +60,22 @@ class SandboxSettings:
         },
     )
     max_open_files: int = field(default=256, metadata={"help": "RLIMIT_NOFILE of the child."})
+    cgroups: CgroupMode = field(
+        default="auto",
+        metadata={
+            "help": "Put each sandbox process tree in a cgroup of its own with memory.max = "
+            "memory_limit_mb and pids.max = cgroup_pids_max, counted over the whole tree. "
+            "'auto': where the host offers writable memory and pids cgroups (v1 or v2), else "
+            "rlimits only (logged once); 'require': refuse to start without them; 'off'."
+        },
+    )
+    cgroup_pids_max: int = field(
+        default=64,
+        metadata={
+            "help": "pids.max of the sandbox's cgroup: processes and threads of the whole "
+            "tree, bubblewrap's two included."
+        },
+    )
     tmp_size_mb: int = field(
         default=64,
         metadata={"help": "Size of the sandbox's private /tmp, and the largest file it may write."},
@@ -128,6 +145,8 @@ class SandboxSettings:
     def __post_init__(self) -> None:
         if self.isolation not in ("bwrap", "none"):
             raise ValueError(f"isolation must be 'bwrap' or 'none', not {self.isolation!r}")
+        if self.cgroups not in ("auto", "require", "off"):
+            raise ValueError(f"cgroups must be 'auto', 'require' or 'off', not {self.cgroups!r}")
         if self.allow_network and self.isolation == "none":
             raise ValueError("allow_network only applies to isolation='bwrap'; drop it for 'none'")
         self.extra_python_paths = [Path(path).resolve() for path in self.extra_python_paths]
@@ -153,6 +172,8 @@ class SandboxSettings:
                 raise ValueError(f"{name} must be positive, got {value}")
         if self.max_open_files < 16:
             raise ValueError("max_open_files below 16 leaves the interpreter unable to start")
+        if self.cgroup_pids_max < 8:
+            raise ValueError("cgroup_pids_max below 8 leaves the sandbox unable to start")
         if self.memory_limit_mb < 64:
             raise ValueError("memory_limit_mb below 64 leaves the interpreter unable to start")
         uids = (self.uid_range_first, self.uid_range_first + self.uid_range_count - 1)
