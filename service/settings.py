@@ -66,6 +66,16 @@ class Settings(BaseSettings):
         "so per-uid limits (processes) are never shared between jobs.",
     )
     sandbox_uid_count: int = Field(4000, ge=1)
+    sandbox_cgroups: Literal["auto", "require", "off"] = Field(
+        "auto",
+        description="A cgroup per reward process tree, limiting its memory (the reward memory "
+        "limit, for all its processes together) and its tasks. 'auto': where the host offers "
+        "writable memory and pids cgroups, else rlimits only (logged once); 'require': refuse "
+        "to run reward code without them; 'off'.",
+    )
+    sandbox_pids_max: int = Field(
+        64, ge=8, description="pids.max of a reward process tree's cgroup (threads count)."
+    )
     sandbox_uid_lock_dir: Path | None = Field(
         None,
         description="Where uid leases are locked (default <tmp>/rft-sandbox-uids); workers on "

@@ -27,6 +27,8 @@ def sandbox_settings(
         uid_range_first=settings.sandbox_uid_first,
         uid_range_count=settings.sandbox_uid_count,
         uid_lock_dir=settings.sandbox_uid_lock_dir,
+        cgroups=settings.sandbox_cgroups,
+        cgroup_pids_max=settings.sandbox_pids_max,
     )
 
 
