@@ -111,6 +111,21 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
     )
+    model_roots: str = Field(
+        "",
+        description="Directories (separated by ':') that a job's base_model may name a path "
+        "under, on the workers; empty: no local paths. A path that exists on the API host is "
+        "checked there (a directory with config.json); one that does not is left to the workers.",
+    )
+    hub_check: Literal["require", "warn", "off"] = Field(
+        "require",
+        description="Checking a hub base_model at job creation: 'require' refuses the job (503) "
+        "when the hub cannot be reached, 'warn' accepts it with a warning event, 'off' skips it.",
+    )
+    hub_endpoint: str | None = Field(
+        None, description="The hub to check model ids against (unset: HF_ENDPOINT, else the hub)."
+    )
+    hub_check_timeout_s: float = Field(5.0, gt=0, description="Wait this long for the hub.")
     bootstrap_api_key: SecretStr | None = Field(
         None, description="Create this API key for tenant 'default' at startup (development)."
     )
@@ -124,6 +139,10 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.state_dir / "artifacts").resolve()
+
+    @property
+    def resolved_model_roots(self) -> list[Path]:
+        return [Path(root).resolve() for root in self.model_roots.split(":") if root.strip()]
 
     @property
     def resolved_model_cache_dir(self) -> Path:

@@ -71,8 +71,9 @@ class JobCreate(BaseModel):
     reward_functions: RewardFunctions
     base_model: str = Field(
         TINY_MODEL_NAME,
-        description=f"A Hugging Face model id, a local path on the workers, or "
-        f"{TINY_MODEL_NAME!r} for the built-in tiny model.",
+        description=f"A Hugging Face model id (checked on the hub at creation), an absolute "
+        f"path on the workers under RFT_MODEL_ROOTS, or {TINY_MODEL_NAME!r} for the built-in "
+        "tiny model.",
         min_length=1,
         max_length=500,
     )

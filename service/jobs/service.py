@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.base_models.service import check_base_model
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
@@ -43,6 +44,7 @@ def create_job(
         if existing is not None:
             return existing
     get_dataset(session, tenant_id, payload.dataset_id)  # 404 for unknown or foreign ids
+    base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     forms = check_reward_functions(payload.reward_functions)
     if not payload.runtime_packages:
         # Functions that need runtime packages can only run once the worker has installed
@@ -99,6 +101,8 @@ def create_job(
         )
     )
     repository.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
+    for warning in base_model.warnings:
+        repository.add_event(job.id, "warning", warning)
     job_id = job.id
     after_commit(session, lambda: enqueue_training(job_id))
     return job
