@@ -101,6 +101,8 @@ def bench_fresh_process(isolation: Isolation, batch: ScoringBatch, count: int) -
         out, err = spawned.process.communicate(json.dumps(sample).encode(), timeout=30)
         if spawned.info_fd is not None:
             os.close(spawned.info_fd)
+        if spawned.cgroup is not None:
+            spawned.cgroup.remove()
         assert spawned.process.returncode == 0, err
         float(out)
     return count / (time.perf_counter() - started)

@@ -32,6 +32,7 @@ import functools
 import itertools
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -242,31 +243,29 @@ def _retry_pending_removals() -> None:
 
 def _unescape_mount_path(text: str) -> str:
     # mountinfo writes space, tab, newline and backslash as \ooo octal escapes.
-    return text.encode().decode("unicode_escape")
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 
 
-def _cgroup_mounts() -> list[tuple[str, set[str], Path, str]]:
+def _cgroup_mounts(mountinfo: str) -> list[tuple[str, set[str], Path, str]]:
     """(fstype, super options, mount point, root inside the hierarchy) of each cgroup mount."""
     mounts = []
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            before, _, after = line.partition(" - ")
-            fields, tail = before.split(), after.split()
-            if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
-                continue
-            root, mount_point = _unescape_mount_path(fields[3]), _unescape_mount_path(fields[4])
-            mounts.append((tail[0], set(tail[2].split(",")), Path(mount_point), root))
+    for line in mountinfo.splitlines():
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, mount_point = _unescape_mount_path(fields[3]), _unescape_mount_path(fields[4])
+        mounts.append((tail[0], set(tail[2].split(",")), Path(mount_point), root))
     return mounts
 
 
-def _own_cgroups() -> dict[str, str]:
+def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     """This process's cgroup path per v1 controller, and under "" its v2 path."""
     paths: dict[str, str] = {}
-    with open("/proc/self/cgroup") as handle:
-        for line in handle:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            for controller in controllers.split(",") if controllers else [""]:
-                paths[controller] = path
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
     return paths
 
 
@@ -278,10 +277,11 @@ def _inside(mount_point: Path, mount_root: str, path: str) -> Path | None:
     return (mount_point / relative).resolve()
 
 
-def _find_own_cgroups() -> tuple[Literal[1, 2], dict[str, Path]]:
-    """Our own cgroup directory per controller; CgroupUnavailableError if none is usable."""
-    mounts = _cgroup_mounts()
-    own = _own_cgroups()
+def find_own_cgroups(mountinfo: str, proc_cgroup: str) -> tuple[Literal[1, 2], dict[str, Path]]:
+    """A process's cgroup directory per controller, from its /proc/<pid>/mountinfo and
+    /proc/<pid>/cgroup; CgroupUnavailableError if no hierarchy offers both controllers."""
+    mounts = _cgroup_mounts(mountinfo)
+    own = _own_cgroups(proc_cgroup)
     found: dict[str, Path] = {}
     for controller in CONTROLLERS:
         for fstype, options, mount_point, root in mounts:
@@ -365,7 +365,9 @@ def _alive(pid: int) -> bool:
 def detect_cgroups() -> CgroupSupport:
     """Whether sandbox cgroups can be made here (tried once per process, with a probe)."""
     try:
-        version, own = _find_own_cgroups()
+        version, own = find_own_cgroups(
+            Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text()
+        )
         parents = {controller: path / SANDBOX_CGROUP_DIR for controller, path in own.items()}
         for parent in set(parents.values()):
             parent.mkdir(exist_ok=True)
