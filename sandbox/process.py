@@ -230,7 +230,16 @@ class SandboxWorker:
         except subprocess.TimeoutExpired:
             self.kill()
             return "the sandbox process closed its pipe and was killed"
+        # Read before kill() removes the cgroup. SIGKILL shows as 137 through bwrap.
+        oom_killed = code in (-signal.SIGKILL, 128 + signal.SIGKILL) and (
+            self.cgroup is not None and self.cgroup.counters().oom_kills > 0
+        )
         self.kill()
+        if oom_killed:
+            return (
+                "the sandbox process was killed for running out of memory: its processes "
+                f"together reached the {self.settings.memory_limit_mb} MiB limit"
+            )
         if code < 0:
             name = (
                 signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code

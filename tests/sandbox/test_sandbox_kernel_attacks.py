@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox import cgroups
-from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
+from sandbox.api import FunctionResult, RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import SandboxUnavailableError, detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.seccomp import ARCHITECTURES
@@ -302,12 +302,17 @@ def test_threads_subprocess_asyncio_and_sockets_still_work() -> None:
 
 
 def limited_sandbox(
-    mode: CgroupMode, memory_limit_mb: int = 256, cgroup_pids_max: int = 64, max_processes: int = 64
+    mode: CgroupMode,
+    memory_limit_mb: int = 256,
+    cgroup_pids_max: int = 64,
+    max_processes: int = 64,
+    tmp_size_mb: int = 16,
 ) -> ProcessSandbox:
     settings = SandboxSettings(
         isolation=ISOLATION,
         cgroups=mode,
         call_timeout_s=60,
+        tmp_size_mb=tmp_size_mb,
         memory_limit_mb=memory_limit_mb,
         cgroup_pids_max=cgroup_pids_max,
         max_processes=max_processes,
@@ -354,6 +359,27 @@ def test_a_fork_bomb_stops_at_pids_max(mode: CgroupMode) -> None:
             assert worker.cgroup is not None
             assert children < 16
             assert worker.cgroup.counters().pids_refused >= 1
+        assert_still_scores(sandbox)
+
+
+@needs_cgroups
+def test_running_the_tree_out_of_memory_is_reported_as_such() -> None:
+    # /tmp's pages count against the cgroup but not against RLIMIT_AS: 56 MiB there plus a
+    # heap that stays within the address-space limit is more than the tree may have.
+    source = """
+    def attack(prompt, completion, example):
+        with open("/tmp/ballast", "wb") as ballast:
+            for _ in range(7):
+                ballast.write(b"x" * (8 << 20))
+        hoard = []
+        while True:
+            hoard.append(b"y" * (4 << 20))
+    """
+    with limited_sandbox("require", memory_limit_mb=128, tmp_size_mb=64) as sandbox:
+        result = run_once(sandbox, source)
+        assert [error.kind for error in result.errors] == [RewardErrorKind.KILLED]
+        assert "running out of memory" in result.errors[0].message
+        assert "128 MiB" in result.errors[0].message
         assert_still_scores(sandbox)
 
 
