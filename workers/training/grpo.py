@@ -127,6 +127,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     use_vllm = use_cuda and is_vllm_available()
 
     tokenizer = _load_tokenizer(model_path)
+    use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
     )
@@ -144,6 +145,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
             task_type="CAUSAL_LM",
         ),
         max_prompt_length=hp.max_prompt_length,
+        stop_sequences=hp.stop,
+        mask_truncated_completions=hp.mask_truncated_completions,
     )
     # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
     trainer.remove_callback(PrinterCallback)
@@ -193,10 +196,12 @@ def _grpo_config(
     return GRPOConfig(
         output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so
-        # a step's record, config version and advantages all describe the same samples.
-        per_device_train_batch_size=hp.completions_per_step,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
+        # a step's record, config version and advantages all describe the same samples. The
+        # backward pass runs on micro-batches of that one generation (gradient accumulation),
+        # so a step's memory follows micro_batch_size, not the step's size.
+        per_device_train_batch_size=hp.resolved_micro_batch_size,
+        gradient_accumulation_steps=hp.gradient_accumulation_steps,
+        steps_per_generation=hp.gradient_accumulation_steps,
         num_iterations=1,
         num_generations=hp.num_generations,
         max_completion_length=hp.max_completion_length,
@@ -204,20 +209,29 @@ def _grpo_config(
         top_p=hp.top_p,
         beta=hp.beta,
         loss_type=hp.loss_type,
+        epsilon=hp.epsilon,
+        epsilon_high=hp.epsilon_high,
+        scale_rewards=hp.scale_rewards,
+        # With stop sequences the trainer masks truncated completions itself (TRL would take
+        # a completion ended by a stop sequence for a truncated one).
+        mask_truncated_completions=hp.mask_truncated_completions and not hp.stop,
         learning_rate=hp.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
+        lr_scheduler_type=hp.lr_scheduler_type,
+        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
+        warmup_steps=hp.warmup_ratio,
+        max_grad_norm=hp.max_grad_norm,
         max_steps=hp.train_steps,
         seed=hp.seed,
         data_seed=hp.seed,
         shuffle_dataset=True,
         # Extra dataset columns are reward inputs, not model inputs: keep them.
         remove_unused_columns=False,
-        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail.
-        # (activation_checkpointing is transformers' new name; it overrides TRL's default True.)
+        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail, so
+        # "auto" turns them on only with CUDA. (activation_checkpointing is transformers' new
+        # name; it overrides TRL's default True.)
         bf16=use_bf16,
         fp16=False,
-        activation_checkpointing=False,
+        activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
         dataloader_pin_memory=use_cuda,
         logging_steps=1,
         save_strategy="steps",
@@ -231,3 +245,8 @@ def _grpo_config(
         dataloader_num_workers=0,
         **vllm_settings,
     )
+
+
+def _device_switch(setting: bool | str, *, auto: bool) -> bool:
+    """A hyperparameter that is True, False, or "auto" (what this device supports)."""
+    return auto if setting == "auto" else bool(setting)

@@ -35,6 +35,10 @@ class RecordingGRPOTrainer(GRPOTrainer):
         self.mask_truncated_after_stop = mask_truncated_completions and bool(stop_sequences)
         # Per completion of the latest generation, on this process: did it end by itself?
         self._finished: list[bool] = []
+        if self.stop_sequences and self.use_vllm:
+            # vLLM stops at the strings itself (SamplingParams.stop, in colocate and server
+            # mode alike), so it generates nothing past them; the cut below finds that end.
+            self.vllm_generation.generation_kwargs["stop"] = list(self.stop_sequences)
         # Advantages of the latest generation batch, in the order TRL scored the samples (the
         # reward function's order). Read from the returned batch, not from TRL's completion log,
         # which is a bounded deque shared across steps.
