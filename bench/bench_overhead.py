@@ -326,12 +326,12 @@ class TimedObserver:
     def on_config_rejected(self, version: int, message: str) -> None:
         pass
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
         if self.inner is None:
             return None
         started = time.perf_counter()
         try:
-            return self.inner.poll_reward_config(current_version)
+            return self.inner.poll_reward_config(current_version, starting_step)
         finally:
             self.reads_s += time.perf_counter() - started
 

@@ -204,7 +204,7 @@ class BenchObserver:
     def on_config_rejected(self, version: int, message: str) -> None:
         pass
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
         return None
 
 

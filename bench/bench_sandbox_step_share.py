@@ -63,7 +63,7 @@ class StepTimes:
     def should_stop(self) -> str | None:
         return None
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
         return None
 
 

@@ -16,8 +16,11 @@ fi
 . .venv/bin/activate
 
 # Some machines' pip configs name extra indexes that do not exist; pip warns for every package.
+# PYTHONWARNINGS: setuptools' build backend warns on every editable install of ours (a
+# BuildBackendWarning about folders named like the package); nothing for the user to act on.
 pip_install() {
-  python -m pip install -q "$@" 2>&1 | { grep -v "neither a file nor a directory" || true; }
+  PYTHONWARNINGS=ignore python -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "neither a file nor a directory" || true; }
 }
 
 stamp=.venv/.rft-installed

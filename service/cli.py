@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from service.errors import NotFound, RFTError
 from service.observability import configure_logging
 from service.settings import get_settings
 
@@ -47,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     configure_logging(get_settings().log_format)
-    return int(COMMANDS[args.command](args) or 0)
+    try:
+        return int(COMMANDS[args.command](args) or 0)
+    except RFTError as error:
+        # What the API would answer as a 4xx is the operator's mistake: one line, no traceback.
+        print(f"rft-server {args.command}: {error.detail}", file=sys.stderr)
+        return 1
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -172,7 +178,10 @@ def _revoke_key(args: argparse.Namespace) -> int:
         if tenant is None:
             print(f"no tenant named {args.tenant!r}", file=sys.stderr)
             return 2
-        revoke_api_key(session, tenant.id, args.key_id)
+        try:
+            revoke_api_key(session, tenant.id, args.key_id)
+        except NotFound:
+            raise NotFound(f"tenant {args.tenant!r} has no API key {args.key_id!r}") from None
     print(f"revoked {args.key_id}")
     return 0
 

@@ -29,7 +29,12 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         # pgserver asks platformdirs for a runtime dir at import; give it ours, not /tmp.
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
+        # platformdirs warns about (and skips) one that others may read: it must be 0700.
+        if "XDG_RUNTIME_DIR" not in os.environ:
+            runtime_dir = self.data_dir.parent / "runtime"
+            runtime_dir.mkdir(parents=True, exist_ok=True)
+            runtime_dir.chmod(0o700)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime_dir)
         try:
             import pgserver
         except ImportError as exc:  # pragma: no cover - depends on the install

@@ -32,6 +32,10 @@ class Unauthorized(RFTError):
         super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+class Forbidden(RFTError):
+    status_code = 403
+
+
 class NotFound(RFTError):
     status_code = 404
 
@@ -42,6 +46,10 @@ class Conflict(RFTError):
 
 class PreconditionFailed(RFTError):
     status_code = 412
+
+
+class PreconditionRequired(RFTError):
+    status_code = 428
 
 
 class PayloadTooLarge(RFTError):

@@ -114,6 +114,9 @@ class Job(Base):
     config_version: Mapped[int] = mapped_column(Integer, default=1)
     applied_config_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     steps_completed: Mapped[int] = mapped_column(Integer, default=0)
+    # The last step the worker began, written as it begins one, under the row lock that
+    # config updates take: an update knows exactly which step will be the first to use it.
+    started_step: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     allow_network: Mapped[bool] = mapped_column(Boolean, default=False)
     runtime_packages: Mapped[list[str]] = mapped_column(Json, default=list)
     # Job secrets: one Fernet token (service.secrets), and their names for display.

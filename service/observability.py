@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from pydantic import SecretStr
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PayloadTooLarge, render_error
+from service.errors import Forbidden, PayloadTooLarge, Unauthorized, render_error
 from service.settings import Settings
 
 REQUEST_SECONDS = Histogram(
@@ -63,6 +65,8 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     # One line per HTTP request from our own clients (the demo follower) drowns the output.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    # Alembic logs its plugins and every migration at INFO; `migrate` prints its own summary.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 class JobCollector(Collector):
@@ -176,5 +180,22 @@ def install_observability(app: FastAPI, settings: Settings) -> None:
     )
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(authorization: Annotated[str | None, Header()] = None) -> Response:
+        check_metrics_token(settings.metrics_token, authorization)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def check_metrics_token(token: SecretStr | None, authorization: str | None) -> None:
+    """/metrics counts every tenant's jobs and requests: only the scraper may read it.
+
+    Tenant API keys are not accepted: a tenant must not learn of other tenants' activity.
+    """
+    if token is None:
+        raise Forbidden(
+            "metrics are off: set RFT_METRICS_TOKEN on the server and scrape /metrics with "
+            "'Authorization: Bearer <token>'"
+        )
+    scheme, _, given = (authorization or "").partition(" ")
+    expected = token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        raise Unauthorized("/metrics needs 'Authorization: Bearer <RFT_METRICS_TOKEN>'")

@@ -49,6 +49,26 @@ def check_secrets(secrets: dict[str, str]) -> dict[str, str]:
 JobSecrets = Annotated[dict[str, str], AfterValidator(check_secrets)]
 
 
+def check_secret_changes(changes: dict[str, str | None]) -> dict[str, str | None]:
+    """A config update's secrets: a value sets or replaces one, None removes it."""
+    check_secrets({name: value or "" for name, value in changes.items()})
+    return changes
+
+
+def apply_secret_changes(current: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """The secrets after ``changes``; ValueError for removing one the job does not have."""
+    unknown = sorted(
+        name for name, value in changes.items() if value is None and name not in current
+    )
+    if unknown:
+        raise ValueError(f"cannot remove secrets the job does not have: {unknown}")
+    updated = {
+        name: value for name, value in current.items() if changes.get(name, value) is not None
+    }
+    updated.update({name: value for name, value in changes.items() if value is not None})
+    return check_secrets(updated)
+
+
 def seal(secrets: dict[str, str], settings: Settings) -> str | None:
     """The secrets as one Fernet token (None when there are none)."""
     if not secrets:

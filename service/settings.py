@@ -111,6 +111,12 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
     )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token that GET /metrics requires (Prometheus: `authorization: "
+        "{credentials: ...}`). Unset: /metrics is off (403), since it counts every tenant's "
+        "jobs and requests.",
+    )
     model_roots: str = Field(
         "",
         description="Directories (separated by ':') that a job's base_model may name a path "

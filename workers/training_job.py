@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
@@ -23,11 +24,12 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.repository import JobRepository
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
-from service.models import Checkpoint
+from service.models import Checkpoint, Job
 from service.reward_functions.scoring import sandbox_settings
 from service.secrets import SecretsKeyError, unseal
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
+from workers.job_sandbox import JobSandbox
 from workers.job_watch import JobState, JobWatcher
 from workers.lease import JobHeartbeat
 from workers.metrics import observe_step
@@ -86,6 +88,8 @@ class DatabaseObserver:
         # Steps and checkpoints are stored off the training thread, in order; close() waits
         # for them, so the job's final status is set only once all its rows are stored.
         self.writer = BackgroundWriter(job_id)
+        # The job's sandbox, once open: new secrets reach it through poll_reward_config.
+        self.sandbox: JobSandbox | None = None
 
     def close(self, *, raise_failure: bool = True) -> None:
         """Store everything still queued; raise if a record could not be stored."""
@@ -100,6 +104,9 @@ class DatabaseObserver:
     def on_checkpoint(self, step: int, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
+        # Where it is stored is the server's business; clients download it from here.
+        download_path = f"/v1/jobs/{self.job_id}/checkpoints/{step}/adapter.tar.gz"
+
         def write(uri: str) -> None:
             with session_scope() as session:
                 session.merge(Checkpoint(job_id=self.job_id, step=step, path=uri, size_bytes=size))
@@ -108,7 +115,7 @@ class DatabaseObserver:
                     "checkpoint",
                     f"checkpoint saved at step {step}",
                     step=step,
-                    data={"uri": uri},
+                    data={"download_path": download_path},
                 )
 
         def keep() -> None:
@@ -159,17 +166,37 @@ class DatabaseObserver:
             return state.status
         return None
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
-        state = self._job_state()
-        if state is None or state.config_version <= current_version:
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
+        # The step begins under the job's row lock, reading the newest version in the same
+        # statement. A config update holds that lock while it reads started_step to answer
+        # applies_from_step, so what it answers is exactly where the version is picked up
+        # (service.job_configs.service.first_step_of_next_version).
+        def begin() -> tuple[int, str | None] | None:
+            with session_scope() as session:
+                row = session.execute(
+                    update(Job)
+                    .where(Job.id == self.job_id, Job.worker_id == WORKER_ID)
+                    .values(started_step=starting_step)
+                    .returning(Job.config_version, Job.secrets_sealed)
+                ).one_or_none()
+                return None if row is None else (row[0], row[1])
+
+        # None: the job is gone or another worker holds it; should_stop() says so.
+        begun = with_database_retries(begin, what="beginning a step")
+        if begun is None or begun[0] <= current_version:
             return None
-        version = state.config_version
+        version, secrets_sealed = begun
 
         def read() -> RewardConfig:
             with session_scope() as session:
                 return load_reward_config(session, self.job_id, version)
 
-        return with_database_retries(read, what="loading the new reward config")
+        config = with_database_retries(read, what="loading the new reward config")
+        if self.sandbox is not None:
+            # The update may have rotated the job's secrets: the sandbox restarts with them
+            # when this version's functions are loaded.
+            self.sandbox.stage_environment(unseal(secrets_sealed, get_settings()))
+        return config
 
 
 def _start(job_id: str) -> Checkpoint | Literal[False] | None:
@@ -192,6 +219,9 @@ def _start(job_id: str) -> Checkpoint | Literal[False] | None:
         job.worker_id = WORKER_ID
         job.heartbeat_at = datetime.now(UTC)
         checkpoint = repository.latest_checkpoint(job_id)
+        # The run goes on after the checkpoint: a config stored now applies from the step
+        # after it (steps after the checkpoint that ran before are re-run).
+        job.started_step = checkpoint.step if checkpoint is not None else 0
         if checkpoint is not None:
             repository.add_event(
                 job_id,
@@ -273,14 +303,20 @@ def _plan(
         )
 
 
-def _open_sandbox(plan: JobPlan, settings: Settings) -> ProcessSandbox:
-    config = sandbox_settings(settings, allow_network=plan.allow_network, secrets=plan.secrets)
-    if plan.runtime_packages:
-        packages = install_runtime_packages(
-            plan.runtime_packages, plan.spec.output_dir / "runtime-packages"
-        )
-        config.extra_python_paths = [packages]
-    return ProcessSandbox(config)
+def _open_sandbox(plan: JobPlan, settings: Settings) -> JobSandbox:
+    packages = (
+        install_runtime_packages(plan.runtime_packages, plan.spec.output_dir / "runtime-packages")
+        if plan.runtime_packages
+        else None
+    )
+
+    def start(secrets: dict[str, str]) -> ProcessSandbox:
+        config = sandbox_settings(settings, allow_network=plan.allow_network, secrets=secrets)
+        if packages is not None:
+            config.extra_python_paths = [packages]
+        return ProcessSandbox(config)
+
+    return JobSandbox(start, plan.secrets)
 
 
 def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Path) -> Path | None:
@@ -332,7 +368,7 @@ def _train(
             watcher,
         )
         try:
-            sandbox = _open_sandbox(plan, settings)
+            sandbox = observer.sandbox = _open_sandbox(plan, settings)
             outcome = run_grpo(plan.spec, sandbox, observer)
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:

@@ -4,14 +4,14 @@ from typing import Annotated
 
 from fastapi import Depends, Header
 
-from service.auth.service import authenticate
+from service.auth.service import Caller, authenticate
 from service.db import SessionDep
 from service.errors import Unauthorized
 
 
-def current_tenant_id(
+def current_caller(
     session: SessionDep, authorization: Annotated[str | None, Header()] = None
-) -> str:
+) -> Caller:
     if not authorization:
         raise Unauthorized("missing Authorization header: send 'Authorization: Bearer <api key>'")
     scheme, _, key = authorization.partition(" ")
@@ -20,4 +20,9 @@ def current_tenant_id(
     return authenticate(session, key.strip())
 
 
+def current_tenant_id(caller: Annotated[Caller, Depends(current_caller)]) -> str:
+    return caller.tenant_id
+
+
+CurrentCaller = Annotated[Caller, Depends(current_caller)]
 CurrentTenant = Annotated[str, Depends(current_tenant_id)]

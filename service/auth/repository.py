@@ -28,6 +28,12 @@ class AuthRepository:
             select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         )
 
+    def is_active(self, key_id: str) -> bool:
+        revoked_at = self.session.execute(
+            select(ApiKey.revoked_at).where(ApiKey.id == key_id)
+        ).one_or_none()
+        return revoked_at is not None and revoked_at[0] is None
+
     def get_key(self, tenant_id: str, key_id: str) -> ApiKey | None:
         return self.session.scalar(
             select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id)

@@ -63,12 +63,24 @@ def ensure_api_key(session: Session, tenant_name: str, key: str) -> str:
     return tenant.id
 
 
-def authenticate(session: Session, key: str) -> str:
-    """The tenant id of an active key."""
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the tenant, and the key it used (long requests re-check the key)."""
+
+    tenant_id: str
+    key_id: str
+
+
+def authenticate(session: Session, key: str) -> Caller:
+    """The tenant and id of an active key."""
     api_key = AuthRepository(session).get_active_key_by_hash(hash_api_key(key))
     if api_key is None:
         raise Unauthorized("invalid or revoked API key")
-    return api_key.tenant_id
+    return Caller(tenant_id=api_key.tenant_id, key_id=api_key.id)
+
+
+def key_is_active(session: Session, key_id: str) -> bool:
+    return AuthRepository(session).is_active(key_id)
 
 
 def revoke_api_key(session: Session, tenant_id: str, key_id: str) -> ApiKey:

@@ -3,16 +3,22 @@
 Every row needs a ``prompt``: a non-empty string, or a non-empty list of chat messages
 (``{"role": ..., "content": ...}``). Other columns are passed to reward functions as they are.
 In CSV a prompt cell that holds a JSON list of messages is read as a chat prompt.
+
+Rows reach reward functions as uploaded, or the upload is refused naming what cannot be kept:
+CSV is read strictly (a quote that never closes is an error naming the line it opened on,
+not one row swallowing the rest of the file); Parquet types JSON lacks are converted without
+losing data (see ``_cell``: binary as base64, maps as objects or key-value pairs).
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
 import math
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -109,23 +115,42 @@ def _read_csv(content: bytes) -> list[dict[str, Any]]:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidDataset(f"CSV must be UTF-8: {exc}") from None
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames:
-        raise InvalidDataset("CSV has no header row")
+    # strict: a quote that never closes is an error, not one row holding the rest of the file.
+    reader = csv.reader(io.StringIO(text), strict=True)
     rows: list[dict[str, Any]] = []
-    try:
-        for row in reader:
-            if None in row:
+    header: list[str] | None = None
+    while True:
+        starts_at = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
                 raise InvalidDataset(
-                    f"CSV line {reader.line_num}: more fields than the header's "
-                    f"{len(reader.fieldnames)}"
-                )
-            prompt = row.get("prompt")
-            if isinstance(prompt, str) and prompt.lstrip().startswith("["):
-                row["prompt"] = _maybe_chat_json(prompt)
-            rows.append(dict(row))
-    except csv.Error as exc:
-        raise InvalidDataset(f"CSV line {reader.line_num}: {exc}") from None
+                    f"CSV line {starts_at}: a quoted field opened on this line is never closed"
+                ) from None
+            raise InvalidDataset(f"CSV line {max(starts_at, reader.line_num)}: {exc}") from None
+        if header is None:
+            if not cells:
+                raise InvalidDataset("CSV has no header row")
+            header = cells
+            continue
+        if not cells:
+            continue  # a blank line, as DictReader skips them
+        if len(cells) > len(header):
+            raise InvalidDataset(
+                f"CSV line {reader.line_num}: more fields than the header's {len(header)}"
+            )
+        row: dict[str, Any] = dict(zip(header, cells, strict=False))
+        for name in header[len(cells) :]:
+            row[name] = None  # a short line: its missing fields, as DictReader fills them
+        prompt = row.get("prompt")
+        if isinstance(prompt, str) and prompt.lstrip().startswith("["):
+            row["prompt"] = _maybe_chat_json(prompt)
+        rows.append(row)
+    if header is None:
+        raise InvalidDataset("CSV has no header row")
     return rows
 
 
@@ -138,6 +163,7 @@ def _maybe_chat_json(cell: str) -> Any:
 
 
 def _read_parquet(content: bytes) -> list[dict[str, Any]]:
+    """Each cell as JSON can hold it (see ``_cell``); columns are converted by their type."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -145,24 +171,84 @@ def _read_parquet(content: bytes) -> list[dict[str, Any]]:
         table = pq.read_table(pa.BufferReader(content))
     except (pa.ArrowInvalid, OSError) as exc:
         raise InvalidDataset(f"not a readable Parquet file: {exc}") from None
-    return [{k: _jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
+    names = table.column_names
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InvalidDataset(f"Parquet columns {repeated} appear more than once")
+    if "prompt" in names and _is_binary(table.schema.field("prompt").type):
+        raise InvalidDataset("column 'prompt' holds binary data: store prompts as strings")
+    columns = [
+        [_cell(value, field.type, field.name) for value in table.column(field.name).to_pylist()]
+        for field in table.schema
+    ]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def _jsonable(value: Any) -> Any:
-    """Parquet cells may hold types JSON lacks; store what reward functions can use."""
+def _cell(value: Any, arrow_type: Any, column: str) -> Any:
+    """A Parquet cell as a JSON value, keeping its data:
+
+    - binary: a base64 string (JSON has no bytes; decode with ``base64.b64decode``);
+    - map with string keys: an object (a key repeated within one cell is refused);
+      map with other keys: a list of ``[key, value]`` pairs, keeping the keys' types;
+    - timestamps, dates and times: ISO 8601 strings; durations: seconds; decimals: numbers;
+      NaN and infinities: null.
+    """
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(arrow_type):
+        pairs = [
+            (_cell(k, arrow_type.key_type, column), _cell(v, arrow_type.item_type, column))
+            for k, v in value
+        ]
+        if not _is_string(arrow_type.key_type):
+            return [list(pair) for pair in pairs]
+        cell = dict(pairs)
+        if len(cell) < len(pairs):
+            repeated = next(key for key, _ in pairs if sum(k == key for k, _ in pairs) > 1)
+            raise InvalidDataset(
+                f"column {column!r}: a map repeats the key {repeated!r}, which a JSON object "
+                "cannot hold"
+            )
+        return cell
+    if pa.types.is_struct(arrow_type):
+        return {
+            field.name: _cell(value.get(field.name), field.type, column) for field in arrow_type
+        }
+    if (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+    ):
+        return [_cell(item, arrow_type.value_type, column) for item in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, Decimal):
         return float(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+    if isinstance(value, timedelta):
+        return value.total_seconds()
     return value
+
+
+def _is_binary(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+        or pa.types.is_fixed_size_binary(arrow_type)
+    )
+
+
+def _is_string(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
 
 
 def _check_prompts(rows: list[dict[str, Any]], file_format: FileFormat) -> Literal["text", "chat"]:

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from service.auth.dependencies import CurrentTenant
+from service.auth.dependencies import CurrentCaller
 from service.events import service
 from service.events.schemas import StreamCursor
 
@@ -22,7 +22,9 @@ Messages (each `data:` is JSON):
   `checkpoint`, ...), as an item of `GET /v1/jobs/{job_id}/events/history`;
 - `event: end` - the job is terminal, its worker has let go of it (after a cancel the
   worker still records the step it was computing and its checkpoint) and everything was
-  sent; the server then closes.
+  sent; the server then closes;
+- `event: error` - the stream's API key was revoked (checked every few seconds): the server
+  closes, and reconnecting with that key is a 401.
 
 Every message's `id:` is a cursor `s<last step>.e<last event id>`; send the last one back
 as the `Last-Event-ID` header (or `?after=`) to resume without duplicates. Comment lines
@@ -37,7 +39,7 @@ as the `Last-Event-ID` header (or `?after=`) to resume without duplicates. Comme
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def stream_job_events(
-    tenant_id: CurrentTenant,
+    caller: CurrentCaller,
     job_id: str,
     after: Annotated[
         str | None, Query(description="Resume after this message id; overrides Last-Event-ID.")
@@ -45,7 +47,7 @@ async def stream_job_events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     cursor = StreamCursor.parse(after if after is not None else last_event_id)
-    body = await service.open_job_stream(tenant_id, job_id, cursor)
+    body = await service.open_job_stream(caller, job_id, cursor)
     return StreamingResponse(
         body,
         media_type="text/event-stream",

@@ -9,6 +9,7 @@ source of truth.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +19,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from starlette.concurrency import run_in_threadpool
 
+from service.auth.service import Caller, key_is_active
 from service.db import session_scope
 from service.events.schemas import HEARTBEAT, ServerSentEvent, StreamCursor
 from service.jobs.heartbeats import HeartbeatSilence
@@ -30,6 +32,9 @@ from service.settings import get_settings
 
 POLL_INTERVAL_S = 0.5
 HEARTBEAT_INTERVAL_S = 15.0
+# How often an open stream re-checks its API key (one primary-key read, folded into a poll):
+# a revoked key stops reading within this time.
+KEY_CHECK_INTERVAL_S = 5.0
 PAGE_SIZE = 500
 
 
@@ -46,9 +51,18 @@ class JobSnapshot:
     heartbeat_at: datetime | None
 
 
-def read_snapshot(tenant_id: str, job_id: str, cursor: StreamCursor) -> JobSnapshot:
-    """Blocking: call from a worker thread. Raises NotFound for another tenant's job."""
+class KeyRevoked(Exception):
+    """The stream's API key was revoked while it was open."""
+
+
+def read_snapshot(
+    tenant_id: str, job_id: str, cursor: StreamCursor, *, check_key_id: str | None = None
+) -> JobSnapshot:
+    """Blocking: call from a worker thread. Raises NotFound for another tenant's job, and
+    KeyRevoked when ``check_key_id`` names a key that is no longer active."""
     with session_scope() as session:
+        if check_key_id is not None and not key_is_active(session, check_key_id):
+            raise KeyRevoked(check_key_id)
         # The job is read first: every step and event it counts is then visible to the reads
         # below, so a terminal job whose reads come back short has nothing left to send.
         row = get_job(session, tenant_id, job_id)
@@ -127,26 +141,32 @@ class JobFollower:
 
 
 async def open_job_stream(
-    tenant_id: str,
+    caller: Caller,
     job_id: str,
     cursor: StreamCursor,
     *,
     poll_interval_s: float = POLL_INTERVAL_S,
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+    key_check_interval_s: float = KEY_CHECK_INTERVAL_S,
 ) -> AsyncIterator[str]:
     """Check access now (so a foreign job is a plain 404), then return the stream's body."""
+    tenant_id = caller.tenant_id
     follower = JobFollower(tenant_id, job_id, cursor, lease_s=get_settings().worker_lease_s)
     first = await run_in_threadpool(read_snapshot, tenant_id, job_id, cursor)
-    return _follow(follower, first, poll_interval_s, heartbeat_interval_s)
+    return _follow(
+        follower, first, caller.key_id, poll_interval_s, heartbeat_interval_s, key_check_interval_s
+    )
 
 
 async def _follow(
     follower: JobFollower,
     snapshot: JobSnapshot,
+    key_id: str,
     poll_interval_s: float,
     heartbeat_interval_s: float,
+    key_check_interval_s: float,
 ) -> AsyncIterator[str]:
-    last_sent = time.monotonic()
+    last_sent = key_checked = time.monotonic()
     while True:
         messages = follower.messages(snapshot)
         if messages:
@@ -161,6 +181,22 @@ async def _follow(
         if snapshot.caught_up:
             await asyncio.sleep(poll_interval_s)
         # else: a full page came back, so replay the rest at once.
-        snapshot = await run_in_threadpool(
-            read_snapshot, follower.tenant_id, follower.job_id, follower.cursor
-        )
+        check_key = time.monotonic() - key_checked >= key_check_interval_s
+        try:
+            snapshot = await run_in_threadpool(
+                functools.partial(
+                    read_snapshot,
+                    follower.tenant_id,
+                    follower.job_id,
+                    follower.cursor,
+                    check_key_id=key_id if check_key else None,
+                )
+            )
+        except KeyRevoked:
+            # No id: the client's cursor stays where it was. A client that reconnects with
+            # the same key gets the 401 every other request gets.
+            detail = {"error": "Unauthorized", "detail": "the API key was revoked"}
+            yield ServerSentEvent("error", json.dumps(detail)).encode()
+            return
+        if check_key:
+            key_checked = time.monotonic()

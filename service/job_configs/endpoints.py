@@ -25,7 +25,28 @@ def get_config(
     return config
 
 
-@router.put("", response_model=JobConfigUpdated | DryRunResult)
+UPDATE_DESCRIPTION = """\
+Replace the job's editable config; the worker applies it from `applies_from_step`.
+
+`If-Match` is required (428 without it): the ETag of the config your change is based on, as
+`GET` answered it (`"3"`), so that a change made by someone else in between is refused (412)
+rather than overwritten; `*` replaces whatever version is current. A dry run
+(`?dry_run=true`) stores nothing and needs no `If-Match`.
+
+The body is the document `GET` returned, edited: read-only fields may stay in it (see
+`JobConfigUpdate`). `secrets` sets, replaces or removes secrets by name.
+"""
+
+
+@router.put(
+    "",
+    response_model=JobConfigUpdated | DryRunResult,
+    description=UPDATE_DESCRIPTION,
+    responses={
+        412: {"description": "If-Match names a version that is no longer current."},
+        428: {"description": "If-Match is missing."},
+    },
+)
 def update_config(
     session: SessionDep,
     tenant_id: CurrentTenant,

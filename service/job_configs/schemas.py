@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import RewardFunctions
+from service.jobs.schemas import RewardFunctionCreate, check_reward_function_names
+from service.secrets import check_secret_changes
 
 
 class RewardFunctionConfig(BaseModel):
@@ -22,28 +24,69 @@ class JobConfig(BaseModel):
     top_p: float | None
     allow_network: bool
     runtime_packages: list[str]
-    secret_names: list[str] = Field(description="Set at job creation; values are never shown.")
+    secret_names: list[str] = Field(
+        description="Set at job creation or by a config update's `secrets`; values are never shown."
+    )
     created_at: datetime
     applied_at_step: int | None = Field(
         description="The first step this version scored; null until the worker applies it."
     )
 
 
+class RewardFunctionUpdate(RewardFunctionCreate):
+    """A function as JobConfig shows it: `version` and `label` are derived from the source, so
+    they are accepted (a GET document can be sent back) and ignored."""
+
+    version: int | None = Field(None, description="Read-only: ignored.")
+    label: str | None = Field(None, description="Read-only: ignored.")
+
+
 class JobConfigUpdate(BaseModel):
-    """The whole editable config: functions missing here are removed from the next step on."""
+    """The whole editable config: functions missing here are removed from the next step on.
+
+    The document GET returned is accepted as it is. Its read-only fields are ignored
+    (`version`, `created_at`, `applied_at_step`, each function's `version` and `label`) or,
+    where a different value would mean a change that cannot happen here, checked (`job_id`,
+    `allow_network`, `runtime_packages`, `secret_names`: a 400 says what to do instead).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    reward_functions: RewardFunctions
-    temperature: float | None = Field(None, gt=0, le=5.0)
-    top_p: float | None = Field(None, gt=0, le=1.0)
+    reward_functions: Annotated[
+        dict[str, RewardFunctionUpdate], AfterValidator(check_reward_function_names)
+    ]
+    temperature: float | None = Field(None, gt=0, le=5.0, description="null: keep the current.")
+    top_p: float | None = Field(None, gt=0, le=1.0, description="null: keep the current.")
+    secrets: Annotated[dict[str, str | None], AfterValidator(check_secret_changes)] | None = Field(
+        None,
+        description="Changes to the job's secrets, applied from the same step as the rest "
+        "of this version: a value sets or replaces a secret, null removes it, names not "
+        "given keep their values. Write-only, encrypted at rest like the job's own.",
+    )
+    # Read-only fields of JobConfig, so that GET -> edit -> PUT works.
+    job_id: str | None = Field(None, description="Read-only: must be this job's id.")
+    version: int | None = Field(None, description="Read-only: ignored; send it as If-Match.")
+    allow_network: bool | None = Field(None, description="Read-only: fixed at job creation.")
+    runtime_packages: list[str] | None = Field(
+        None, description="Read-only: fixed at job creation."
+    )
+    secret_names: list[str] | None = Field(
+        None, description="Read-only: must be the job's current names; change them with secrets."
+    )
+    created_at: datetime | None = Field(None, description="Read-only: ignored.")
+    applied_at_step: int | None = Field(None, description="Read-only: ignored.")
 
 
 class JobConfigUpdated(BaseModel):
     version: int
     applies_from_step: int = Field(
-        description="The next step to start; the worker applies the newest version there "
-        "(at the next generation when several steps share one)."
+        description="The first step that will use this version: the step after the one the "
+        "worker has begun (1 for a job that has not started; after a pause or a lost worker, "
+        "the step after the checkpoint it resumes from). A newer version stored before that "
+        "step begins replaces this one there."
+    )
+    secrets_changed: bool = Field(
+        False, description="Whether this update set, replaced or removed secrets."
     )
     changed_functions: list[str] = Field(description="Functions whose source got a new version.")
     added_functions: list[str]

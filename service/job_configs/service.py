@@ -11,7 +11,13 @@ from sqlalchemy.orm import Session
 
 from sandbox.api import RewardCodeError, RewardForm, RewardFunctionSpec
 from service.datasets.repository import DatasetRepository
-from service.errors import BadRequest, Conflict, InvalidRewardFunction, PreconditionFailed
+from service.errors import (
+    BadRequest,
+    Conflict,
+    InvalidRewardFunction,
+    PreconditionFailed,
+    PreconditionRequired,
+)
 from service.job_configs.schemas import (
     DryRunResult,
     JobConfig,
@@ -27,7 +33,7 @@ from service.models import Job, JobConfigVersion, RewardFunctionVersion
 from service.reward_functions.scoring import score_once
 from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
 from service.reward_functions.totals import weighted_total
-from service.secrets import unseal
+from service.secrets import apply_secret_changes, seal, unseal
 from service.settings import get_settings
 
 
@@ -88,18 +94,79 @@ def parse_if_match(value: str | None) -> int | None:
         ) from None
 
 
-def _validate(session: Session, job: Job, update: JobConfigUpdate) -> dict[str, RewardForm]:
+def _check_read_only_fields(job: Job, update: JobConfigUpdate) -> None:
+    """A GET document sent back is fine; a read-only field changed in it would be ignored
+    silently, so it is refused, saying where that change can be made."""
+    if update.job_id is not None and update.job_id != job.id:
+        raise BadRequest(f"job_id {update.job_id!r} is not this job ({job.id!r})")
+    if update.allow_network is not None and update.allow_network != job.allow_network:
+        raise BadRequest("allow_network is fixed at job creation: create a new job to change it")
+    if update.runtime_packages is not None and list(update.runtime_packages) != list(
+        job.runtime_packages or []
+    ):
+        raise BadRequest(
+            "runtime_packages are fixed at job creation: create a new job to change them"
+        )
+    if update.secret_names is not None and sorted(update.secret_names) != sorted(
+        job.secret_names or []
+    ):
+        raise BadRequest(
+            "secret_names is read-only: set, replace or remove secrets with 'secrets' "
+            '({"NAME": "value"} or {"NAME": null})'
+        )
+
+
+def _secrets_after(job: Job, update: JobConfigUpdate) -> dict[str, str]:
+    current = unseal(job.secrets_sealed, get_settings())
+    if not update.secrets:
+        return current
+    try:
+        return apply_secret_changes(current, update.secrets)
+    except ValueError as error:
+        raise BadRequest(f"secrets: {error}") from None
+
+
+def _validate(
+    session: Session, job: Job, update: JobConfigUpdate, secrets: dict[str, str]
+) -> dict[str, RewardForm]:
     """The same checks as at job creation: broken code is a 400 naming the function."""
+    _check_read_only_fields(job, update)
     forms = check_reward_functions(update.reward_functions)
     if not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
-        preflight(
-            rows,
-            update.reward_functions,
-            allow_network=job.allow_network,
-            secrets=unseal(job.secrets_sealed, get_settings()),
-        )
+        preflight(rows, update.reward_functions, allow_network=job.allow_network, secrets=secrets)
     return forms
+
+
+def _check_version(job: Job, if_match: str | None) -> None:
+    if if_match is None:
+        raise PreconditionRequired(
+            "If-Match is required: send the config's ETag (GET /v1/jobs/{id}/config answers "
+            f"it; now '\"{job.config_version}\"'), or '*' to replace whatever version is "
+            "current"
+        )
+    if JobStatus(job.status).is_terminal:
+        raise Conflict(f"job {job.id} is {job.status}; its config can no longer change")
+    expected = parse_if_match(if_match)
+    if expected is not None and expected != job.config_version:
+        raise PreconditionFailed(
+            f"config version {expected} is stale: the current version is {job.config_version}. "
+            "Get the config again and re-apply your change."
+        )
+
+
+def first_step_of_next_version(session: Session, job: Job) -> int:
+    """The step that will be the first to use a config version stored now.
+
+    Read under the job's row lock. A running worker writes ``started_step`` under that lock
+    as it begins a step, and reads the newest version in the same statement, so the step
+    after ``started_step`` is exactly where the worker picks up what is stored now. A queued
+    job starts (or resumes) after its latest checkpoint, with the newest version.
+    """
+    if job.status == JobStatus.QUEUED.value:
+        checkpoint = JobRepository(session).latest_checkpoint(job.id)
+        return (checkpoint.step if checkpoint is not None else 0) + 1
+    return job.started_step + 1
 
 
 def update_config(
@@ -110,17 +177,19 @@ def update_config(
     *,
     if_match: str | None,
 ) -> JobConfigUpdated:
+    job = get_job(session, tenant_id, job_id)
+    _check_version(job, if_match)
+    secrets = _secrets_after(job, update)
+    # Validation runs the code in the sandbox (seconds): before taking the row lock, which
+    # the worker needs to begin each step.
+    forms = _validate(session, job, update, secrets)
     # The row lock serializes concurrent updates: each gets its own version, none is lost.
-    job = get_job(session, tenant_id, job_id, for_update=True)
-    if JobStatus(job.status).is_terminal:
-        raise Conflict(f"job {job.id} is {job.status}; its config can no longer change")
-    expected = parse_if_match(if_match)
-    if expected is not None and expected != job.config_version:
-        raise PreconditionFailed(
-            f"config version {expected} is stale: the current version is {job.config_version}. "
-            "Get the config again and re-apply your change."
-        )
-    forms = _validate(session, job, update)
+    session.refresh(job, with_for_update=True)
+    _check_version(job, if_match)
+    if update.secrets:
+        secrets = _secrets_after(job, update)
+        job.secrets_sealed = seal(secrets, get_settings())
+        job.secret_names = sorted(secrets)
 
     repository = JobRepository(session)
     latest = repository.latest_function_versions(job.id)
@@ -160,22 +229,24 @@ def update_config(
     )
     repository.add_config_version(config)
     repository.notify_changed(job.id)
-    applies_from = job.steps_completed + 1
+    applies_from = first_step_of_next_version(session, job)
     repository.add_event(
         job.id,
         "config_stored",
-        f"config v{config.version} stored; applies from step {applies_from} at the earliest",
+        f"config v{config.version} stored; applies from step {applies_from}",
         data={
             "config_version": config.version,
             "changed": changed,
             "added": added,
             "removed": removed,
+            "secrets_changed": bool(update.secrets),
         },
     )
     session.flush()
     return JobConfigUpdated(
         version=config.version,
         applies_from_step=applies_from,
+        secrets_changed=bool(update.secrets),
         changed_functions=changed,
         added_functions=added,
         removed_functions=removed,
@@ -186,7 +257,9 @@ def update_config(
 def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpdate) -> DryRunResult:
     """Re-score the last recorded step's completions with the proposed functions."""
     job = get_job(session, tenant_id, job_id)
+    _check_read_only_fields(job, update)
     check_reward_functions(update.reward_functions)
+    secrets = _secrets_after(job, update)
     repository = JobRepository(session)
     last_step = job.steps_completed
     completions = (
@@ -213,7 +286,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
                 for c in completions
             ],
             allow_network=job.allow_network,
-            secrets=unseal(job.secrets_sealed, get_settings()),
+            secrets=secrets,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

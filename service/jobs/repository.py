@@ -17,6 +17,7 @@ from service.models import (
     RewardLog,
     Step,
 )
+from service.server_paths import hide_paths_in, hide_server_paths
 
 FunctionRecord = TypeVar("FunctionRecord", RewardLog, RewardErrorRecord)
 
@@ -171,7 +172,13 @@ class JobRepository:
             select(func.pg_advisory_xact_lock(EVENT_ORDER_LOCK_CLASS, func.hashtext(job_id)))
         )
         self.session.add(
-            JobEvent(job_id=job_id, kind=kind, message=message, step=step, data=data or {})
+            JobEvent(
+                job_id=job_id,
+                kind=kind,
+                message=hide_server_paths(message),
+                step=step,
+                data=hide_paths_in(data or {}),
+            )
         )
 
     def list_events(self, job_id: str, *, after_id: int, limit: int) -> list[JobEvent]:

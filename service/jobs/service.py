@@ -31,6 +31,7 @@ from service.reward_functions.service import (
     preflight,
 )
 from service.secrets import seal
+from service.server_paths import hide_server_paths
 from service.settings import get_settings
 from workers.queue import enqueue_training
 
@@ -134,6 +135,8 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
     if target.is_terminal:
         job.finished_at = now
     if reason is not None:
+        # Worker exceptions quote paths freely (a model that failed to load): not for clients.
+        reason = hide_server_paths(reason)
         job.failure_reason = reason
     message = f"job {target.value}" + (f": {reason}" if reason else "")
     repository = JobRepository(session)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -27,7 +28,7 @@ PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")
 PREFLIGHT_ROWS = 4
 
 
-def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
+def check_reward_functions(functions: Mapping[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
     """Static check of every function (no user code runs here). 400 names the function."""
     forms: dict[str, RewardForm] = {}
     for name, function in functions.items():
@@ -38,7 +39,7 @@ def check_reward_functions(functions: dict[str, RewardFunctionCreate]) -> dict[s
     return forms
 
 
-def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
+def _specs(functions: Mapping[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
     return [
         RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
         for name, f in functions.items()
@@ -46,7 +47,7 @@ def _specs(functions: dict[str, RewardFunctionCreate]) -> list[RewardFunctionSpe
 
 
 def _run(
-    functions: dict[str, RewardFunctionCreate],
+    functions: Mapping[str, RewardFunctionCreate],
     samples: list[Sample],
     *,
     allow_network: bool,
@@ -137,7 +138,7 @@ def _describe(
 
 def preflight(
     rows: list[dict[str, Any]],
-    functions: dict[str, RewardFunctionCreate],
+    functions: Mapping[str, RewardFunctionCreate],
     *,
     allow_network: bool,
     secrets: dict[str, str],

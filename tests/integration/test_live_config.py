@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from rft.cli.app import app
+from service.stack import LocalStack
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -37,7 +44,8 @@ def long_job(client: httpx.Client, **hyperparameters: Any) -> dict[str, Any]:
 def put_config(
     client: httpx.Client, job_id: str, functions: dict[str, Any], **extra: Any
 ) -> httpx.Response:
-    headers = extra.pop("headers", {})
+    # If-Match is required; "*" replaces whatever version is current.
+    headers = extra.pop("headers", {"If-Match": "*"})
     return client.put(
         f"/v1/jobs/{job_id}/config",
         json={"reward_functions": functions, **extra},
@@ -163,3 +171,103 @@ def test_dry_run_rescores_the_last_step_and_changes_nothing(client: httpx.Client
     nonzero = sum(1 for r in result["completions"] if r["old_advantage_sign"] != 0)
     assert result["advantage_sign_changes"] == nonzero
     assert client.get(f"/v1/jobs/{job['id']}/config").json()["version"] == 1
+
+
+def test_applies_from_step_is_the_first_step_recorded_with_the_version(
+    stack: LocalStack, client: httpx.Client, api_key: str, tmp_path: Path
+) -> None:
+    """Through the API and the CLI: the step an update names is where the worker applies it,
+    while the job trains (updates land at any moment of a step)."""
+    job_id = long_job(client)["id"]
+    cli = CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url})
+    promised: dict[int, int] = {}
+    try:
+        for version in range(2, 8):
+            wait_until(
+                client,
+                job_id,
+                lambda job, v=version: (
+                    job["applied_config_version"] == v - 1 and job["steps_completed"] >= 2
+                ),
+            )
+            functions = {"score": {"source": constant("score", float(version)), "weight": 1.0}}
+            if version % 2:
+                config_file = tmp_path / f"v{version}.yaml"
+                config_file.write_text(yaml.safe_dump({"reward_functions": functions}))
+                # --force: If-Match '*', the CLI's way to replace whatever version is current.
+                result = cli.invoke(
+                    app, ["config", "update", job_id, "-f", str(config_file), "--force"]
+                )
+                assert result.exit_code == 0, (result.output, result.exception)
+                said = re.search(r"config version (\d+) applies from step (\d+)", result.output)
+                assert said is not None and int(said[1]) == version, result.output
+                promised[version] = int(said[2])
+            else:
+                response = put_config(client, job_id, functions)
+                assert response.status_code == 200, response.text
+                promised[version] = response.json()["applies_from_step"]
+        wait_until(client, job_id, lambda job: job["applied_config_version"] == 7)
+    finally:
+        client.post(f"/v1/jobs/{job_id}/cancel")
+    wait_for(client, job_id)
+
+    steps = all_pages(client, f"/v1/jobs/{job_id}/steps")
+    first_recorded = {
+        version: min(s["step"] for s in steps if s["config_version"] == version)
+        for version in promised
+    }
+    assert first_recorded == promised
+    versions = client.get(f"/v1/jobs/{job_id}/config/versions").json()
+    assert {v["version"]: v["applied_at_step"] for v in versions[1:]} == promised
+
+
+ROTATED_SECRET = (
+    "import os\n"
+    "def judge(prompt, completion, example):\n"
+    "    rotated = os.environ['JUDGE_KEY'].startswith('sk-new')\n"
+    "    return float(rotated) + float('OLD_ONLY' not in os.environ)\n"
+)
+
+
+def test_a_config_update_rotates_the_secrets_its_functions_see(client: httpx.Client) -> None:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcd"])
+    job = create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"judge": {"source": ROTATED_SECRET}},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 400},
+            "secrets": {"JUDGE_KEY": "sk-old-1f2e3d4c", "OLD_ONLY": "sk-retired-9a8b7c"},
+        },
+    )
+    job_id = job["id"]
+    try:
+        wait_until(client, job_id, lambda j: j["steps_completed"] >= 2)
+        # The same functions; only the secrets change: one replaced, one removed.
+        response = put_config(
+            client,
+            job_id,
+            {"judge": {"source": ROTATED_SECRET}},
+            secrets={"JUDGE_KEY": "sk-new-5e6f7a8b", "OLD_ONLY": None},
+        )
+        assert response.status_code == 200, response.text
+        update = response.json()
+        assert update["secrets_changed"] and update["config"]["secret_names"] == ["JUDGE_KEY"]
+        applies_from = update["applies_from_step"]
+        wait_until(client, job_id, lambda j: j["steps_completed"] >= applies_from + 1)
+    finally:
+        client.post(f"/v1/jobs/{job_id}/cancel")
+    wait_for(client, job_id)
+
+    steps = all_pages(client, f"/v1/jobs/{job_id}/steps")
+    # Before: the old key, and OLD_ONLY set (0.0); from the update's step on: 2.0.
+    assert {s["step"]: s["reward_mean"] for s in steps} == {
+        s["step"]: (2.0 if s["step"] >= applies_from else 0.0) for s in steps
+    }
+    shown = json.dumps(
+        [
+            client.get(f"/v1/jobs/{job_id}/config/versions").json(),
+            client.get(f"/v1/jobs/{job_id}").json(),
+        ]
+    )
+    assert "sk-new-5e6f7a8b" not in shown and "sk-old-1f2e3d4c" not in shown

@@ -56,10 +56,11 @@ class RecordingObserver:
             return self.stop_reason
         return None
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
         self.polled_versions.append(current_version)
         # The trainer polls exactly once before each step.
         next_step = self.first_step + len(self.polled_versions) - 1
+        assert starting_step == next_step, (starting_step, next_step)
         update = self.config_updates.get(next_step)
         if update is not None and update.version > current_version:
             return update

@@ -45,6 +45,7 @@ def run_demo_job(client: httpx.Client) -> str:
                 "brevity": {"source": STRICTER_BREVITY, "weight": 0.2},
             }
         },
+        headers={"If-Match": "*"},
     ).raise_for_status()
     wait_for(client, job_id)
     return job_id

@@ -8,12 +8,13 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from service.stack import LocalStack
 from tests.conftest import new_tenant_key
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_until
+from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.job_actions import pause_and_resume, update_config
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +88,7 @@ def test_dashboard_follows_a_running_job(
     update = client.put(
         f"/v1/jobs/{job_id}/config",
         json={"reward_functions": {"length_score": {"source": LENGTH_SCORE + "# v2\n"}}},
+        headers={"If-Match": "*"},
     )
     assert update.status_code == 200, update.text
     applied = wait_until(client, job_id, lambda job: job["applied_config_version"] == 2)
@@ -169,3 +171,191 @@ def test_sign_out_forgets_the_key(stack: LocalStack, api_key: str, page: Page) -
     page.fill("#api-key", "rft_not-a-key")
     page.click("#sign-in button[type=submit]")
     expect(page.locator("#sign-in-error")).to_have_text("That key was refused.")
+
+
+# Six functions, names short and long: the completions table must stay readable with them.
+SIX_FUNCTIONS = {
+    "letter_fraction": "return completion.count('a') / max(1, len(completion))",
+    "brevity": "return max(0.0, 1.0 - len(completion) / 32)",
+    "vowel_share": "return sum(c in 'aeiou' for c in completion) / max(1, len(completion))",
+    "no_digits": "return float(not any(c.isdigit() for c in completion))",
+    "ends_with_a_period_or_exclamation": "return float(completion.rstrip().endswith(('.', '!')))",
+    "distinct_characters": "return len(set(completion)) / max(1, len(completion))",
+}
+TRAIN_STEPS = 40
+
+
+def function_source(name: str, body: str) -> str:
+    return f"def {name}(prompt, completion, example):\n    {body}\n"
+
+
+def six_functions(**weights: float) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"source": function_source(name, body), "weight": weights.get(name, 1.0)}
+        for name, body in SIX_FUNCTIONS.items()
+    }
+
+
+def boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def ema(values: list[float], weight: float) -> list[float]:
+    """The dashboard's smoothing: TensorBoard's debiased exponential moving average."""
+    average, smoothed = 0.0, []
+    for count, value in enumerate(values, start=1):
+        average = average * weight + (1 - weight) * value
+        smoothed.append(average / (1 - weight**count))
+    return smoothed
+
+
+def hover_step(page: Page, chart: str, step: int, last_step: int) -> dict[str, float]:
+    """Move the mouse over ``step`` of ``chart``; the tooltip's row for the series ``chart``."""
+    svg = page.locator(f"svg[data-chart={chart}]")
+    svg.scroll_into_view_if_needed()
+    box = svg.bounding_box()
+    assert box is not None
+    # lineChart's geometry: viewBox 760 wide, the plot from x=56 to x=744, steps 1..last_step.
+    x_view = 56 + (step - 1) / (last_step - 1) * 688
+    page.mouse.move(box["x"] + x_view / 760 * box["width"], box["y"] + box["height"] / 2)
+    expect(page.locator(f"[data-tooltip={chart}] strong")).to_have_text(f"step {step}")
+    row = page.locator(f"[data-tooltip={chart}] [data-series={chart}]")
+    return {
+        "value": float(row.get_attribute("data-value") or "nan"),
+        "smoothed": float(row.get_attribute("data-smoothed") or "nan"),
+    }
+
+
+def element_boxes(scope: Locator, selector: str) -> list[dict[str, float]]:
+    found = scope.locator(selector)
+    boxes = [found.nth(i).bounding_box() for i in range(found.count())]
+    assert boxes and all(box is not None for box in boxes)
+    return [box for box in boxes if box is not None]
+
+
+def test_markers_smoothing_events_and_a_six_function_table(
+    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
+) -> None:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
+    job_id = create_job(
+        client,
+        {
+            "name": "six functions",
+            "dataset_id": dataset_id,
+            "reward_functions": six_functions(),
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": TRAIN_STEPS,
+                "checkpoint_every": 1,
+            },
+        },
+    )["id"]
+    # Two config changes at neighbouring steps (their markers would collide), then a pause.
+    wait_until(client, job_id, lambda job: job["steps_completed"] >= 2)
+    stricter = six_functions(brevity=0.5)
+    stricter["brevity"]["source"] = function_source(
+        "brevity", "return max(0.0, 1.0 - len(completion) / 16)"
+    )
+    update_config(client, job_id, stricter)
+    wait_until(client, job_id, lambda job: job["applied_config_version"] == 2)
+    heavier = {**stricter, "no_digits": {**stricter["no_digits"], "weight": 2.0}}
+    update_config(client, job_id, heavier)
+    wait_until(client, job_id, lambda job: job["applied_config_version"] == 3)
+    paused_at = pause_and_resume(client, job_id)
+    assert wait_for(client, job_id)["status"] == "succeeded"
+    steps = recorded_steps(client, job_id)
+    events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
+    assert len(steps) == TRAIN_STEPS
+
+    sign_in(page, stack, api_key)
+    page.goto(f"{stack.base_url}/ui/#/jobs/{job_id}")
+    expect(page.locator("#stream-state")).to_have_attribute("data-stream", "ended")
+    expect(page.locator(f"svg[data-chart=reward][data-points='{TRAIN_STEPS}']")).to_have_count(1)
+
+    # Pause and resume are marked where they happened, on every chart.
+    reward_chart = page.locator("svg[data-chart=reward]")
+    for kind in ("pause", "resume"):
+        marker = reward_chart.locator(f"[data-marker-kind={kind}]")
+        expect(marker).to_have_count(1)
+        assert marker.get_attribute("data-marker-step") == str(paused_at)
+    expect(page.locator("svg[data-chart=functions] [data-marker-kind=pause]")).to_have_count(1)
+    # Config v2 and v3 applied at neighbouring steps: no two labels overlap (nor do the pause
+    # and resume labels, drawn at the same step).
+    expect(reward_chart.locator("[data-marker-kind=config]")).to_have_count(2)
+    expect(reward_chart.locator(".marker text")).to_have_count(4)
+    labels = element_boxes(reward_chart, ".marker text")
+    for i, first in enumerate(labels):
+        for second in labels[i + 1 :]:
+            assert not boxes_overlap(first, second), labels
+
+    # Checkpoints (one per step) are collapsed into runs; the pause stays in view.
+    checkpoint_events = [e for e in events if e["kind"] == "checkpoint"]
+    assert len(checkpoint_events) >= TRAIN_STEPS
+    feed = page.locator("#event-feed > li")
+    shown_kinds = [feed.nth(i).get_attribute("data-kind") for i in range(feed.count())]
+    assert "paused" in shown_kinds and "resumed" in shown_kinds, shown_kinds
+    assert shown_kinds.count("checkpoint") < len(checkpoint_events) / 2, shown_kinds
+    run = page.locator("#event-feed > li[data-kind=checkpoint][data-count]").first
+    count = int(run.get_attribute("data-count") or 0)
+    assert count >= 2
+    expect(run.locator("summary")).to_contain_text(f"{count} checkpoints saved (steps ")
+    run.locator("summary").click()
+    expect(run.locator(".feed-detail li")).to_have_count(count)
+
+    # Hover: the tooltip shows the stored value of the step under the mouse.
+    rewards = [float(step["reward_mean"]) for step in steps]
+    hovered = hover_step(page, "reward", 5, TRAIN_STEPS)
+    assert hovered["value"] == rewards[4] == hovered["smoothed"]
+    raw_path = reward_chart.locator("[data-series=reward]").get_attribute("d")
+
+    # Smoothing: the line becomes the moving average, the raw values stay as a faint line.
+    page.check("#smooth-toggle")
+    expect(page.locator("svg[data-chart=reward][data-smoothing='0.6']")).to_have_count(1)
+    reward_chart = page.locator("svg[data-chart=reward]")
+    expect(reward_chart.locator("[data-raw-series=reward]")).to_have_attribute("d", raw_path or "")
+    assert reward_chart.locator("[data-series=reward]").get_attribute("d") != raw_path
+    hovered = hover_step(page, "reward", 5, TRAIN_STEPS)
+    assert hovered["value"] == rewards[4]
+    assert hovered["smoothed"] == pytest.approx(ema(rewards, 0.6)[4], abs=1e-12)
+    page.uncheck("#smooth-toggle")
+    expect(page.locator("svg[data-chart=reward] [data-raw-series]")).to_have_count(0)
+
+    # Completions with six functions: every cell inside its card, the text column wide.
+    page.click("[data-tab=completions]")
+    page.fill("#completions-step", "1")
+    page.click("#show-step")
+    expect(page.locator("#completions-status")).to_contain_text("completions at step 1")
+    card = page.locator(".group").first
+    table = card.locator("table.many-scores[data-functions='6']")
+    expect(table).to_be_visible()
+    card_box = card.bounding_box()
+    assert card_box is not None
+    for box in element_boxes(card, "h3, pre, table, th, td, button"):
+        assert box["x"] >= card_box["x"] - 0.5, box
+        assert box["x"] + box["width"] <= card_box["x"] + card_box["width"] + 0.5, box
+    assert card.locator(".table-scroll").evaluate("node => node.scrollWidth <= node.clientWidth")
+    table_width = element_boxes(card, "table")[0]["width"]
+    assert element_boxes(card, "td.completion-cell")[0]["width"] > 0.4 * table_width
+    first_row_scores = element_boxes(card.locator("tbody tr").first, "td.score")
+    assert len(first_row_scores) == 6 and all(box["width"] < 70 for box in first_row_scores)
+
+    # Config: what changed comes first, the unchanged functions are folded away.
+    page.click("[data-tab=config]")
+    page.select_option("#diff-from", "1")
+    page.select_option("#diff-to", "2")
+    changes = page.locator("#config-changes li")
+    expect(changes).to_have_count(1)
+    expect(changes.first).to_contain_text("brevity: new code")
+    expect(changes.first).to_contain_text("weight 1 → 0.5")
+    expect(page.locator("#config-diff > .diff")).to_have_count(1)
+    expect(page.locator("#config-diff > .diff")).to_have_attribute("data-function", "brevity")
+    expect(page.locator("#config-diff details.unchanged-functions .diff")).to_have_count(5)
+    page.select_option("#diff-from", "2")
+    page.select_option("#diff-to", "3")
+    expect(changes).to_have_text(["no_digits: weight 1 → 2"])
+    expect(page.locator("#config-diff > .diff")).to_have_count(0)

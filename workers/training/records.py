@@ -73,6 +73,7 @@ class TrainingObserver(Protocol):
         """A newer config could not be loaded; training goes on with the one in force."""
         ...
 
-    def poll_reward_config(self, current_version: int) -> RewardConfig | None:
-        """A newer reward config than ``current_version`` to apply from the next step, if any."""
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
+        """A newer reward config than ``current_version`` to apply from ``starting_step`` (the
+        step about to begin; called once before each step's generation), if any."""
         ...

@@ -81,6 +81,10 @@ class PreconditionFailedError(APIStatusError):
     """The config changed since it was read (the If-Match version is stale)."""
 
 
+class PreconditionRequiredError(APIStatusError):
+    """The request must say which version it changes (If-Match): read the config first."""
+
+
 class PayloadTooLargeError(APIStatusError):
     pass
 
@@ -106,6 +110,7 @@ ERROR_CLASS_BY_STATUS: dict[int, type[APIStatusError]] = {
     412: PreconditionFailedError,
     413: PayloadTooLargeError,
     422: UnprocessableEntityError,
+    428: PreconditionRequiredError,
     429: RateLimitError,
 }
 

@@ -60,6 +60,11 @@ function formatNumber(value, digits = 4) {
   return value.toFixed(digits);
 }
 
+// Weights are typed by people: 0.5 reads better than 0.50, and 1 than 1.0000.
+function formatWeight(weight) {
+  return String(Number(Number(weight).toPrecision(4)));
+}
+
 function formatTime(iso) {
   if (!iso) return "–";
   return new Date(iso).toLocaleString(undefined, {
@@ -435,9 +440,54 @@ function niceTicks(low, high, count = 5) {
   return ticks;
 }
 
+// Exponential moving average as TensorBoard draws it: debiased, so the first points are not
+// pulled towards zero; gaps (null) stay gaps and do not reset the average.
+function smoothPoints(points, weight) {
+  if (!(weight > 0)) return points;
+  let average = 0, count = 0;
+  return points.map((p) => {
+    if (p.y === null) return p;
+    average = average * weight + (1 - weight) * p.y;
+    count += 1;
+    return { x: p.x, y: average / (1 - weight ** count) };
+  });
+}
+
+const MARKER_FONT_WIDTH = 6.3; // per character of an 11px label, in viewBox units
+const MARKER_LANES = 4;
+const MARKER_LANE_HEIGHT = 14;
+
+// Markers close together would print their labels over each other: each label takes the first
+// lane (row) where it fits; past the last lane the label is left out (the line keeps a <title>).
+function layoutMarkers(markers, sx, left, right) {
+  const laneEnds = [];
+  return [...markers].sort((a, b) => a.x - b.x).map((marker) => {
+    const x = sx(marker.x);
+    const width = marker.label.length * MARKER_FONT_WIDTH;
+    const flip = x + 4 + width > right; // near the right edge: the label goes left of the line
+    const start = flip ? x - 4 - width : x + 4;
+    let lane = laneEnds.findIndex((end) => end + 4 <= start);
+    if (lane === -1 && laneEnds.length < MARKER_LANES) lane = laneEnds.length;
+    if (lane !== -1) laneEnds[lane] = start + width;
+    return { ...marker, px: x, lane, flip, start: Math.max(left, start) };
+  });
+}
+
+function drawPath(points, sx, sy) {
+  let path = "";
+  let drawing = false;
+  for (const p of points) {
+    if (p.y === null) { drawing = false; continue; }
+    path += `${drawing ? "L" : "M"}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`;
+    drawing = true;
+  }
+  return path;
+}
+
 // series: [{label, color, points: [{x, y}]}]; band: {color, points: [{x, low, high}]};
-// markers: [{x, label}]. The SVG carries data-points (plotted points), for tests and tooling.
-function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange }) {
+// markers: [{x, label, kind}] (kind: config, pause, resume); smoothing: the EMA weight, 0 for
+// none. The SVG carries data-points (plotted points), for tests and tooling.
+function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange, smoothing = 0 }) {
   const width = 760, height = 240;
   const margin = { top: 14, right: 16, bottom: 42, left: 56 };
   const plotWidth = width - margin.left - margin.right;
@@ -448,7 +498,7 @@ function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange }
   const pointCount = series.reduce((sum, s) => sum + s.points.filter((p) => p.y !== null).length, 0);
 
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img",
-    "aria-label": title, "data-chart": id, "data-points": pointCount });
+    "aria-label": title, "data-chart": id, "data-points": pointCount, "data-smoothing": smoothing });
   const figure = el("figure", { class: "chart-card" },
     el("figcaption", null, el("span", { class: "chart-title" }, title),
       el("span", { class: "legend" }, series.map((s) => el("span", { class: "legend-item" },
@@ -492,21 +542,25 @@ function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange }
     svg.append(svgEl("polygon", { points: [...upper, ...lower].join(" "), class: "band",
       fill: band.color }));
   }
-  for (const marker of markers) {
-    const x = sx(marker.x);
-    svg.append(svgEl("g", { class: "marker", "data-marker-step": marker.x },
-      svgEl("line", { x1: x, x2: x, y1: margin.top, y2: margin.top + plotHeight }),
-      svgEl("text", { x: x + 4, y: margin.top + 10 }, marker.label)));
+  for (const marker of layoutMarkers(markers, sx, margin.left, width - margin.right)) {
+    // A resume often follows its pause at the same step: the two lines sit side by side.
+    const x = marker.px + (marker.kind === "pause" ? -1.5 : marker.kind === "resume" ? 1.5 : 0);
+    svg.append(svgEl("g", { class: `marker kind-${marker.kind || "config"}`,
+      "data-marker-step": marker.x, "data-marker-kind": marker.kind || "config" },
+    svgEl("title", null, `step ${marker.x}: ${marker.label}`),
+    svgEl("line", { x1: x, x2: x, y1: margin.top, y2: margin.top + plotHeight }),
+    marker.lane === -1 ? null : svgEl("text", { x: marker.start,
+      y: margin.top + 10 + marker.lane * MARKER_LANE_HEIGHT }, marker.label)));
   }
   for (const s of series) {
-    let path = "";
-    let drawing = false;
-    for (const p of s.points) {
-      if (p.y === null) { drawing = false; continue; }
-      path += `${drawing ? "L" : "M"}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`;
-      drawing = true;
+    s.shown = smoothPoints(s.points, smoothing);
+    if (smoothing > 0) {
+      // The raw values stay visible, faint, behind the smoothed line.
+      svg.append(svgEl("path", { d: drawPath(s.points, sx, sy), class: "line raw", stroke: s.color,
+        "data-raw-series": s.label }));
     }
-    svg.append(svgEl("path", { d: path, class: "line", stroke: s.color, "data-series": s.label }));
+    svg.append(svgEl("path", { d: drawPath(s.shown, sx, sy), class: "line", stroke: s.color,
+      "data-series": s.label }));
     const lone = s.points.filter((p) => p.y !== null);
     if (lone.length === 1) {
       svg.append(svgEl("circle", { cx: sx(lone[0].x), cy: sy(lone[0].y), r: 3, fill: s.color }));
@@ -521,23 +575,27 @@ function attachHover(figure, svg, { series, band, sx, xMin, xMax, margin, plotWi
     visibility: "hidden" });
   const overlay = svgEl("rect", { x: margin.left, y: margin.top, width: plotWidth,
     height: plotHeight, fill: "transparent" });
-  const tip = el("div", { class: "tooltip", hidden: true });
+  const tip = el("div", { class: "tooltip", hidden: true, "data-tooltip": svg.dataset.chart });
   svg.append(cursor, overlay);
   figure.append(tip);
   overlay.addEventListener("mousemove", (event) => {
     const box = svg.getBoundingClientRect();
     const x = ((event.clientX - box.left) / box.width) * width;
     const step = Math.round(xMin + ((x - margin.left) / plotWidth) * (xMax - xMin));
-    const rows = series.map((s) => [s, s.points.find((p) => p.x === step)])
-      .filter(([, p]) => p && p.y !== null);
+    const rows = series.map((s) => {
+      const at = s.points.findIndex((p) => p.x === step);
+      return [s, s.points[at], s.shown[at]];
+    }).filter(([, p]) => p && p.y !== null);
     if (!rows.length) { tip.hidden = true; cursor.setAttribute("visibility", "hidden"); return; }
     cursor.setAttribute("x1", sx(step));
     cursor.setAttribute("x2", sx(step));
     cursor.setAttribute("visibility", "visible");
     const bandPoint = band && band.points.find((p) => p.x === step);
-    setChildren(tip, el("strong", null, `step ${step}`), ...rows.map(([s, p]) =>
-      el("div", null, el("span", { class: "swatch", style: `background: ${s.color}` }),
-        `${s.label}: ${formatNumber(p.y)}`)),
+    setChildren(tip, el("strong", null, `step ${step}`), ...rows.map(([s, p, shown]) =>
+      el("div", { "data-series": s.label, "data-value": p.y, "data-smoothed": shown.y },
+        el("span", { class: "swatch", style: `background: ${s.color}` }),
+        shown.y === p.y ? `${s.label}: ${formatNumber(p.y)}` :
+          `${s.label}: ${formatNumber(shown.y)} (raw ${formatNumber(p.y)})`)),
     bandPoint ? el("div", { class: "muted" }, `std ±${formatNumber((bandPoint.high - bandPoint.low) / 2)}`) : null);
     tip.hidden = false;
     const left = ((sx(step) / width) * box.width) + 12;
@@ -549,13 +607,45 @@ function attachHover(figure, svg, { series, band, sx, xMin, xMax, margin, plotWi
   });
 }
 
+const SMOOTHING_STORAGE = "rft.smoothing";
+const FEED_LENGTH = 12;
+// Saved every few steps: alone they would push every other event out of the feed.
+const COLLAPSED_KINDS = new Set(["checkpoint"]);
+
 class ChartsPanel {
   constructor(page) {
     this.page = page;
+    const saved = JSON.parse(localStorage.getItem(SMOOTHING_STORAGE) || "null") || {};
+    this.smoothOn = Boolean(saved.on);
+    this.smoothWeight = Number.isFinite(saved.weight) ? saved.weight : 0.6;
     this.tiles = el("div", { class: "tiles" });
+    this.smoothToggle = el("input", { type: "checkbox", id: "smooth-toggle", checked: this.smoothOn });
+    this.smoothSlider = el("input", { type: "range", id: "smooth-weight", min: 0, max: 0.95,
+      step: 0.05, value: this.smoothWeight, "aria-label": "Smoothing weight", disabled: !this.smoothOn });
+    this.smoothValue = el("span", { class: "muted small mono" }, this.smoothWeight.toFixed(2));
+    const onSmoothing = () => {
+      this.smoothOn = this.smoothToggle.checked;
+      this.smoothWeight = Number(this.smoothSlider.value);
+      this.smoothSlider.disabled = !this.smoothOn;
+      this.smoothValue.textContent = this.smoothWeight.toFixed(2);
+      localStorage.setItem(SMOOTHING_STORAGE,
+        JSON.stringify({ on: this.smoothOn, weight: this.smoothWeight }));
+      this.update();
+    };
+    this.smoothToggle.addEventListener("change", onSmoothing);
+    this.smoothSlider.addEventListener("input", onSmoothing);
     this.charts = el("div", { class: "charts" });
     this.feed = el("ol", { class: "feed", id: "event-feed" });
-    this.element = el("div", { class: "panel" }, this.tiles, this.charts,
+    this.element = el("div", { class: "panel" }, this.tiles,
+      el("div", { class: "chart-controls" },
+        el("label", null, this.smoothToggle, " Smooth lines (moving average)"),
+        this.smoothSlider, this.smoothValue,
+        el("span", { class: "spacer" }),
+        el("span", { class: "legend marker-legend muted small" },
+          el("span", { class: "marker-key kind-config" }, "config change"),
+          el("span", { class: "marker-key kind-pause" }, "paused"),
+          el("span", { class: "marker-key kind-resume" }, "resumed"))),
+      this.charts,
       el("div", { class: "card" }, el("h2", null, "Events"), this.feed));
     this.pending = false;
   }
@@ -567,26 +657,63 @@ class ChartsPanel {
     requestAnimationFrame(() => { this.pending = false; this.render(); });
   }
 
-  configMarkers() {
-    const markers = new Map();
+  // Config changes (from the steps, and config_applied events), pauses and resumes (events).
+  chartMarkers() {
+    const configs = new Map();
     let previous = null;
     for (const step of this.page.steps) {
       if (previous !== null && step.config_version !== previous) {
-        markers.set(step.step, `config v${step.config_version}`);
+        configs.set(step.step, `config v${step.config_version}`);
       }
       previous = step.config_version;
     }
+    const markers = [];
     for (const event of this.page.events) {
       if (event.kind === "config_applied" && event.step) {
-        markers.set(event.step, `config v${event.data.config_version}`);
+        configs.set(event.step, `config v${event.data.config_version}`);
+      } else if (event.kind === "paused" && event.step !== null && event.step !== undefined) {
+        markers.push({ x: event.step, label: "paused", kind: "pause" });
+      } else if (event.kind === "resumed" && event.data && event.data.checkpoint_step !== undefined) {
+        markers.push({ x: event.data.checkpoint_step, label: "resumed", kind: "resume" });
       }
     }
-    return [...markers].map(([x, label]) => ({ x, label }));
+    return [...[...configs].map(([x, label]) => ({ x, label, kind: "config" })), ...markers];
+  }
+
+  // Runs of collapsible events (checkpoints) become one entry; the newest entries first.
+  feedEntries() {
+    const entries = [];
+    for (const event of this.page.events) {
+      const last = entries[entries.length - 1];
+      if (COLLAPSED_KINDS.has(event.kind) && last && last.kind === event.kind) {
+        last.events.push(event);
+      } else {
+        entries.push({ kind: event.kind, events: [event] });
+      }
+    }
+    return entries.slice(-FEED_LENGTH).reverse();
+  }
+
+  feedItem({ kind, events }) {
+    const latest = events[events.length - 1];
+    const badge = el("span", { class: `kind kind-${kind}` }, kind);
+    const when = el("span", { class: "muted small" }, formatTime(latest.created_at));
+    if (events.length === 1) {
+      return el("li", { "data-kind": kind }, badge, el("span", null, latest.message), when);
+    }
+    const steps = events.map((event) => event.step).filter((step) => step !== null);
+    const summary = `${events.length} ${kind}s saved` +
+      (steps.length ? ` (steps ${steps[0]}–${steps[steps.length - 1]})` : "");
+    return el("li", { "data-kind": kind, "data-count": events.length, class: "collapsed" }, badge,
+      el("details", null, el("summary", null, summary),
+        el("ul", { class: "feed-detail" }, events.map((event) => el("li", null, event.message)))),
+      when);
   }
 
   render() {
     const steps = this.page.steps;
-    const markers = this.configMarkers();
+    const markers = this.chartMarkers();
+    const smoothing = this.smoothOn ? this.smoothWeight : 0;
     const last = steps[steps.length - 1];
     const tiles = [
       ["Steps recorded", steps.length],
@@ -615,7 +742,7 @@ class ChartsPanel {
     const colorOf = colorAssigner();
     setChildren(this.charts, 
       lineChart({
-        id: "reward", title: "Total reward (mean ± std)", yLabel: "reward", markers,
+        id: "reward", title: "Total reward (mean ± std)", yLabel: "reward", markers, smoothing,
         series: [{ label: "reward", color: PALETTE[0],
           points: steps.map((s) => ({ x: s.step, y: s.reward_mean })) }],
         band: { color: PALETTE[0], points: steps.filter((s) => s.reward_mean !== null)
@@ -624,22 +751,28 @@ class ChartsPanel {
       }),
       lineChart({
         id: "functions", title: "Reward functions (mean, per version)", yLabel: "score", markers,
+        smoothing,
         series: [...byLabel].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }))
           .map(([label, points]) => ({ label, points, color: colorOf(label) })),
       }),
       lineChart({
         id: "errors", title: "Reward error rate (per function)", yLabel: "errors", markers,
-        fixedRange: [0, 1],
+        fixedRange: [0, 1], smoothing,
         series: [...errorsByName].map(([name, points]) => ({ label: name, points,
           color: colorOf(`errors:${name}`) })),
       }));
 
-    const recent = this.page.events.slice(-12).reverse();
-    setChildren(this.feed, ...(recent.length ? recent.map((event) => el("li", null,
-      el("span", { class: `kind kind-${event.kind}` }, event.kind),
-      el("span", null, event.message),
-      el("span", { class: "muted small" }, formatTime(event.created_at)))) :
-      [el("li", { class: "muted" }, "No events yet.")]));
+    // An open list of checkpoints stays open across redraws.
+    const open = new Set([...this.feed.querySelectorAll("details[open]")]
+      .map((node) => node.closest("li").dataset.first));
+    const entries = this.feedEntries();
+    setChildren(this.feed, ...(entries.length ? entries.map((entry) => {
+      const item = this.feedItem(entry);
+      item.dataset.first = entry.events[0].id;
+      const details = item.querySelector("details");
+      if (details && open.has(String(entry.events[0].id))) details.open = true;
+      return item;
+    }) : [el("li", { class: "muted" }, "No events yet.")]));
   }
 }
 
@@ -653,6 +786,8 @@ function colorAssigner() {
 
 // ---------------------------------------------------------------- completions explorer
 
+const MANY_SCORES = 4;
+
 class CompletionsPanel {
   constructor(page) {
     this.page = page;
@@ -660,7 +795,8 @@ class CompletionsPanel {
     this.stepInput = el("input", { type: "number", min: 1, value: 1, id: "completions-step",
       "aria-label": "Step" });
     this.promptSelect = el("select", { id: "prompt-select", "aria-label": "Prompt", hidden: true });
-    this.status = el("span", { class: "muted small" });
+    this.status = el("span", { class: "muted small", id: "completions-status" });
+    this.loading = 0;
     this.compare = el("div", { class: "compare", id: "compare" });
     this.results = el("div", { class: "groups", id: "completion-groups" });
     const button = (label, attrs, action) => {
@@ -706,13 +842,16 @@ class CompletionsPanel {
     const step = Number(this.stepInput.value);
     if (!(step >= 1)) return;
     this.status.textContent = `Loading step ${step}…`;
+    // Only the latest request draws: an earlier, slower one must not replace its result.
+    const request = ++this.loading;
     let rows;
     try {
       ({ rows } = await allPages(jobPath(this.page.jobId, "/completions"), { step }));
     } catch (failure) {
-      this.status.textContent = `Could not load step ${step}: ${failure.message}`;
+      if (request === this.loading) this.status.textContent = `Could not load step ${step}: ${failure.message}`;
       return;
     }
+    if (request !== this.loading) return;
     this.stepRows = rows;
     this.shownStep = step;
     this.status.textContent = `${rows.length} completions at step ${step}`;
@@ -770,6 +909,7 @@ class CompletionsPanel {
   showPrompt() {
     const list = this.byPrompt.get(this.promptSelect.value);
     if (!list) return;
+    this.loading += 1; // a step still loading must not replace this view
     const groups = groupsOf(list, (c) => `${c.step}:${c.prompt_index}`);
     setChildren(this.results, 
       el("div", { class: "card" }, el("h2", null, "Prompt"), el("pre", { class: "text" }, promptText(list[0].prompt))),
@@ -778,6 +918,10 @@ class CompletionsPanel {
 
   groupCard(title, group, showPrompt) {
     const names = [...new Set(group.flatMap((c) => Object.keys(c.scores)))].sort();
+    // Fixed column widths: the completion takes what the scores leave. With many functions the
+    // score columns narrow and their names stand upright, so the text stays wide.
+    const many = names.length >= MANY_SCORES;
+    const digits = many ? 3 : 4;
     const rows = group.sort((a, b) => a.group_position - b.group_position).map((c) => {
       const choose = (slot) => {
         const node = el("button", { class: "button tiny", type: "button",
@@ -787,21 +931,31 @@ class CompletionsPanel {
       };
       return el("tr", { "data-completion-id": c.id },
         el("td", { class: "mono small" }, c.group_position),
-        el("td", null, el("pre", { class: "text clip" }, c.completion)),
-        names.map((name) => el("td", { class: "num" }, formatNumber(c.scores[name]))),
-        el("td", { class: "num strong" }, formatNumber(c.total)),
+        el("td", { class: "completion-cell" }, el("pre", { class: "text clip" }, c.completion)),
+        names.map((name) => el("td", { class: "num score", "data-score": name,
+          title: `${name}: ${c.scores[name] ?? "no score"}` }, formatNumber(c.scores[name], digits))),
+        el("td", { class: "num strong" }, formatNumber(c.total, digits)),
         el("td", { class: `num ${c.advantage > 0 ? "pos" : c.advantage < 0 ? "neg" : ""}` },
-          formatNumber(c.advantage)),
+          formatNumber(c.advantage, digits)),
         el("td", { class: "nowrap" }, choose("a"), choose("b")));
     });
+    const scoreWidth = many ? 54 : 88;
     return el("div", { class: "card group" },
       el("h3", null, title),
       showPrompt ? el("pre", { class: "text prompt" }, promptText(group[0].prompt)) : null,
-      el("table", { class: "table" },
+      el("div", { class: "table-scroll" },
+        el("table", { class: `table completions${many ? " many-scores" : ""}`,
+          "data-functions": names.length },
+        el("colgroup", null, el("col", { style: "width: 34px" }), el("col"),
+          names.map(() => el("col", { style: `width: ${scoreWidth}px` })),
+          el("col", { style: `width: ${many ? 58 : 72}px` }),
+          el("col", { style: `width: ${many ? 64 : 84}px` }), el("col", { style: "width: 78px" })),
         el("thead", null, el("tr", null, el("th", null, "#"), el("th", null, "Completion"),
-          names.map((name) => el("th", { class: "num" }, name)), el("th", { class: "num" }, "Total"),
-          el("th", { class: "num" }, "Advantage"), el("th", null, "Compare"))),
-        el("tbody", null, rows)));
+          names.map((name) => el("th", { class: "num score-name", title: name },
+            el("span", null, name))),
+          el("th", { class: "num" }, "Total"),
+          el("th", { class: "num", title: "Advantage" }, many ? "Adv." : "Advantage"), el("th", null, "Compare"))),
+        el("tbody", null, rows))));
   }
 
   select(slot, completion) {
@@ -956,6 +1110,56 @@ function diffLines(before, after) {
   return ops;
 }
 
+const DIFF_CONTEXT = 3;
+
+// Runs of unchanged lines longer than twice the context shrink to one ["…", count] line,
+// unless nothing changed at all (then the source is shown whole).
+function foldUnchanged(ops) {
+  if (!ops.some(([op]) => op !== " ")) return ops;
+  const folded = [];
+  let run = [];
+  const flush = (atStart, atEnd) => {
+    const keepBefore = atStart ? 0 : DIFF_CONTEXT, keepAfter = atEnd ? 0 : DIFF_CONTEXT;
+    if (run.length > keepBefore + keepAfter + 1) {
+      folded.push(...run.slice(0, keepBefore), ["…", run.length - keepBefore - keepAfter],
+        ...run.slice(run.length - keepAfter));
+    } else {
+      folded.push(...run);
+    }
+    run = [];
+  };
+  let seenChange = false;
+  for (const op of ops) {
+    if (op[0] === " ") { run.push(op); continue; }
+    flush(!seenChange, false);
+    seenChange = true;
+    folded.push(op);
+  }
+  flush(false, true);
+  return folded;
+}
+
+// Per function: what changed between two config versions, changed functions first.
+function functionChanges(from, to) {
+  const names = [...new Set([...Object.keys(from.reward_functions),
+    ...Object.keys(to.reward_functions)])].sort();
+  const changes = names.map((name) => {
+    const before = from.reward_functions[name], after = to.reward_functions[name];
+    const notes = [];
+    if (!before) notes.push(`added (weight ${formatWeight(after.weight)})`);
+    else if (!after) notes.push("removed");
+    else {
+      if (before.version !== after.version) notes.push(`new code (${before.label} → ${after.label})`);
+      if (before.weight !== after.weight) {
+        notes.push(`weight ${formatWeight(before.weight)} → ${formatWeight(after.weight)}`);
+      }
+    }
+    const codeChanged = !before || !after || before.version !== after.version;
+    return { name, before, after, notes, codeChanged };
+  });
+  return changes.sort((a, b) => (b.notes.length > 0) - (a.notes.length > 0));
+}
+
 class ConfigPanel {
   constructor(page) {
     this.page = page;
@@ -994,7 +1198,7 @@ class ConfigPanel {
       el("td", null, `v${v.version}`), el("td", { class: "small" }, formatTime(v.created_at)),
       el("td", null, v.applied_at_step ?? "not yet"),
       el("td", { class: "mono small" }, Object.values(v.reward_functions)
-        .map((f) => `${f.label} (${formatNumber(f.weight, 2)})`).join(", ")),
+        .map((f) => `${f.label} (${formatWeight(f.weight)})`).join(", ")),
       el("td", { class: "small" }, `temperature ${v.temperature ?? "default"}, top_p ${v.top_p ?? "default"}`))));
     const options = () => this.versions.map((v) => el("option", { value: v.version }, `v${v.version}`));
     setChildren(this.from, ...options());
@@ -1005,25 +1209,45 @@ class ConfigPanel {
     this.renderDiff();
   }
 
+  // What changed comes first: a summary line per change, then the code diffs (unchanged
+  // stretches folded), then the functions that did not change, folded away.
   renderDiff() {
     const byVersion = new Map(this.versions.map((v) => [String(v.version), v]));
     const from = byVersion.get(this.from.value), to = byVersion.get(this.to.value);
     if (!from || !to) return;
-    const names = [...new Set([...Object.keys(from.reward_functions), ...Object.keys(to.reward_functions)])].sort();
-    setChildren(this.diff, ...names.map((name) => {
-      const before = from.reward_functions[name], after = to.reward_functions[name];
-      const title = !before ? `${name}: added as ${after.label}` : !after ? `${name}: removed` :
-        before.version === after.version ? `${name}: ${after.label}, unchanged source` :
-          `${name}: ${before.label} → ${after.label}`;
-      const weight = before && after && before.weight !== after.weight ?
-        ` · weight ${formatNumber(before.weight, 2)} → ${formatNumber(after.weight, 2)}` : "";
-      const ops = diffLines(before ? before.source : "", after ? after.source : "");
-      const changed = ops.filter(([op]) => op !== " ").length;
-      return el("div", { class: "diff", "data-function": name },
-        el("h3", null, title + weight, el("span", { class: "muted small" }, ` · ${changed} changed lines`)),
-        el("pre", { class: "diff-body" }, ops.map(([op, line]) => el("div", {
-          class: op === "+" ? "add" : op === "-" ? "del" : "same" }, `${op} ${line}`))));
-    }));
+    const changes = functionChanges(from, to);
+    const summary = changes.filter((change) => change.notes.length).map((change) =>
+      el("li", { "data-function": change.name }, el("strong", { class: "mono" }, change.name),
+        `: ${change.notes.join(", ")}`));
+    for (const setting of ["temperature", "top_p"]) {
+      if (from[setting] !== to[setting]) {
+        summary.push(el("li", { "data-setting": setting }, el("strong", { class: "mono" }, setting),
+          `: ${from[setting] ?? "default"} → ${to[setting] ?? "default"}`));
+      }
+    }
+    const withCode = changes.filter((change) => change.codeChanged);
+    const rest = changes.filter((change) => !change.codeChanged);
+    setChildren(this.diff,
+      el("ul", { class: "changes", id: "config-changes" }, summary.length ? summary :
+        el("li", { class: "muted" }, `No changes between v${from.version} and v${to.version}.`)),
+      withCode.map((change) => this.diffBlock(change)),
+      rest.length ? el("details", { class: "unchanged-functions" },
+        el("summary", null, `${rest.length} function${rest.length === 1 ? "" : "s"} with the same code: ` +
+          rest.map((change) => change.name).join(", ")),
+        rest.map((change) => this.diffBlock(change))) : null);
+  }
+
+  diffBlock({ name, before, after }) {
+    const ops = diffLines(before ? before.source : "", after ? after.source : "");
+    const changed = ops.filter(([op]) => op !== " ").length;
+    const title = !before ? `${name}: added as ${after.label}` : !after ? `${name}: removed` :
+      before.version === after.version ? `${name}: ${after.label}` :
+        `${name}: ${before.label} → ${after.label}`;
+    return el("div", { class: "diff", "data-function": name },
+      el("h3", null, title, el("span", { class: "muted small" }, ` · ${changed} changed lines`)),
+      el("pre", { class: "diff-body" }, foldUnchanged(ops).map(([op, line]) => op === "…" ?
+        el("div", { class: "fold" }, `⋯ ${line} unchanged lines`) :
+        el("div", { class: op === "+" ? "add" : op === "-" ? "del" : "same" }, `${op} ${line}`))));
   }
 }
 

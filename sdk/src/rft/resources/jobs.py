@@ -105,6 +105,9 @@ def _update_config_request(
             headers["If-Match"] = config.etag
         elif config.version is not None:
             headers["If-Match"] = f'"{config.version}"'
+        # else: no version known; the server requires one (PreconditionRequiredError).
+    else:
+        headers["If-Match"] = "*"  # whatever version is current
     return RequestOptions(
         "PUT",
         f"/v1/jobs/{job_id}/config",

@@ -1,0 +1,38 @@
+"""Server folders in text bound for clients are named by their role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.server_paths import hide_paths_in, hide_server_paths
+from service.settings import Settings
+from workers.training_job import describe_failure
+
+
+def test_a_failure_quoting_server_folders_names_them_by_role(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state")
+    model = settings.resolved_model_cache_dir / "rft-tiny" / "config.json"
+    try:
+        model.read_text()
+    except FileNotFoundError as error:
+        reason = describe_failure(error)
+    assert str(tmp_path) in reason
+    hidden = hide_server_paths(reason, settings)
+    assert str(tmp_path) not in hidden
+    assert "<models>/rft-tiny/config.json" in hidden
+
+
+def test_nested_folders_and_whole_components_only(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state")
+    artifacts = settings.resolved_artifacts_dir
+    text = f"saved {artifacts}/job_1/checkpoint-3; state {tmp_path}/state; not {tmp_path}/stateful"
+    hidden = hide_server_paths(text, settings)
+    assert hidden.startswith("saved <artifacts>/job_1/checkpoint-3; state <state>; not ")
+    # /tmp/.../stateful is not inside the state folder (it may be inside <tmp>).
+    assert hidden.endswith("/stateful") and "<state>" not in hidden.split("; not ")[1]
+    data = {"uri": f"{artifacts}/x", "steps": [1, f"{tmp_path}/state/y"], "n": 3}
+    assert hide_paths_in(data, settings) == {
+        "uri": "<artifacts>/x",
+        "steps": [1, "<state>/y"],
+        "n": 3,
+    }
