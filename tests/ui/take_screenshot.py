@@ -1,4 +1,5 @@
-"""Regenerate docs/dashboard.png: a demo-like job with a mid-run reward change, screenshotted.
+"""Regenerate docs/dashboard.png: a demo-like job with a pause and a mid-run reward change,
+screenshotted.
 
     python -m tests.ui.take_screenshot
 
@@ -19,6 +20,7 @@ from service.stack import LocalStack
 from tests.conftest import new_tenant_key
 from tests.integration.helpers import wait_for, wait_until
 from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.ui.job_actions import pause_and_resume
 
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 TRAIN_STEPS = 60
@@ -35,6 +37,8 @@ def run_demo_job(client: httpx.Client) -> str:
         dataset = client.post("/v1/datasets", files={"file": ("demo.jsonl", handle)}).json()
     job = client.post("/v1/jobs", json=demo_job_request(dataset["id"], train_steps=TRAIN_STEPS))
     job_id = str(job.json()["id"])
+    wait_until(client, job_id, lambda j: j["steps_completed"] >= TRAIN_STEPS // 4)
+    pause_and_resume(client, job_id)
     wait_until(client, job_id, lambda j: j["steps_completed"] >= TRAIN_STEPS // 2)
     config = client.get(f"/v1/jobs/{job_id}/config").json()["reward_functions"]
     client.put(
