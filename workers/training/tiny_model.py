@@ -96,10 +96,25 @@ def _corpus() -> Iterator[str]:
 
 
 def _build(out_dir: Path) -> None:
+    tokenizer = build_tokenizer(out_dir)
+    save_qwen2(
+        out_dir,
+        tokenizer,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        # With the default 0.02 the logits stay near uniform and GRPO cannot sharpen them.
+        initializer_range=0.1,
+    )
+
+
+def build_tokenizer(out_dir: Path) -> Any:
+    """The recipe's byte-level BPE tokenizer with a ChatML template, saved in ``out_dir``."""
     # Imported here: the API process resolves names without needing torch or transformers.
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -122,21 +137,38 @@ def _build(out_dir: Path) -> None:
     )
     fast.chat_template = CHATML_TEMPLATE
     fast.save_pretrained(out_dir)
+    return fast
+
+
+def save_qwen2(
+    out_dir: Path,
+    tokenizer: Any,
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    initializer_range: float,
+) -> None:
+    """A randomly initialised Qwen2 for ``tokenizer``, saved in ``out_dir`` (seeded: the same
+    arguments give byte-identical weights). Benchmarks build larger ones with it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
-        # With the default 0.02 the logits stay near uniform and GRPO cannot sharpen them.
-        initializer_range=0.1,
+        initializer_range=initializer_range,
         bos_token_id=None,
-        eos_token_id=_token_id(fast, IM_END),
-        pad_token_id=_token_id(fast, PAD),
+        eos_token_id=_token_id(tokenizer, IM_END),
+        pad_token_id=_token_id(tokenizer, PAD),
     )
     # A private RNG stream: building the model must not disturb (or depend on) the caller's seed.
     with torch.random.fork_rng(devices=[]):

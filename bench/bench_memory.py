@@ -1,0 +1,209 @@
+"""Peak memory of a training step as completions per step grow: micro-batches against one batch.
+
+A ~70M-parameter Qwen2 (random weights, the tiny model's tokenizer) is built offline once. Each
+configuration then trains in a fresh subprocess (run_grpo, the service's training path) and
+reports its RSS high-water mark (VmHWM) with every step's rewards and advantages. Completions per
+step grow 4x (8 -> 32) with a fixed micro batch of 8, against one micro-batch per step
+(micro batch = completions per step); the micro-batched and the one-batch runs at 32
+completions must record identical rewards and advantages (same seed).
+
+Run: python bench/bench_memory.py [--steps 2] [--completion-tokens 32]   (~5 min on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# ~70M parameters: 12 layers of hidden 768 (head_dim 64, 2 KV heads), MLP 2048, vocab 448.
+MID_MODEL: dict[str, Any] = {
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "initializer_range": 0.02,
+}
+MICRO_BATCH = 8
+NUM_GENERATIONS = 8
+
+
+def build_mid_model(directory: Path) -> Path:
+    """The mid-size model, built once into ``directory`` (reused when already there)."""
+    from workers.training.tiny_model import build_tokenizer, save_qwen2
+
+    if not (directory / "config.json").is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        save_qwen2(directory, build_tokenizer(directory), **MID_MODEL)
+    return directory
+
+
+def run_configuration(args: argparse.Namespace) -> None:
+    """In the child: train, then print one JSON line with peak RSS, rewards and advantages."""
+    import torch
+
+    from sandbox.process import create_sandbox
+    from sandbox.settings import SandboxSettings
+    from service.demo import demo_dataset, demo_reward_functions
+    from service.jobs.hyperparameters import Hyperparameters
+    from workers.training.grpo import TrainingSpec, run_grpo
+    from workers.training.records import RewardConfig, StepRecord
+
+    torch.set_num_threads(1)
+
+    class Steps:
+        def __init__(self) -> None:
+            self.records: list[StepRecord] = []
+
+        def on_step(self, record: StepRecord) -> None:
+            self.records.append(record)
+
+        def on_checkpoint(self, step: int, path: Path) -> None:
+            pass
+
+        def on_config_rejected(self, version: int, message: str) -> None:
+            pass
+
+        def should_stop(self) -> str | None:
+            return None
+
+        def poll_reward_config(
+            self, current_version: int, starting_step: int
+        ) -> RewardConfig | None:
+            return None
+
+    hyperparameters = Hyperparameters(
+        train_steps=args.steps,
+        learning_rate=1e-4,
+        prompts_per_step=args.completions // NUM_GENERATIONS,
+        num_generations=NUM_GENERATIONS,
+        micro_batch_size=args.micro_batch,
+        max_completion_length=args.completion_tokens,
+        lr_scheduler_type="constant",
+        checkpoint_every=100_000,
+        seed=0,
+    )
+    observer = Steps()
+    sandbox = create_sandbox(SandboxSettings(isolation="none"))
+    with tempfile.TemporaryDirectory() as output:
+        spec = TrainingSpec(
+            base_model=str(args.model),
+            dataset=demo_dataset(),
+            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+            hyperparameters=hyperparameters,
+            output_dir=Path(output),
+            model_cache_dir=Path(output),
+        )
+        try:
+            run_grpo(spec, sandbox, observer)
+        finally:
+            sandbox.close()
+    print(
+        json.dumps(
+            {
+                "peak_rss_mb": _peak_rss_mb(),
+                "totals": [[c.total for c in r.completions] for r in observer.records],
+                "advantages": [[c.advantage for c in r.completions] for r in observer.records],
+                "step_s": [r.duration_s for r in observer.records],
+            }
+        )
+    )
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def measure(
+    model: Path, *, completions: int, micro_batch: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--model",
+        str(model),
+        "--completions",
+        str(completions),
+        "--micro-batch",
+        str(micro_batch),
+        "--steps",
+        str(args.steps),
+        "--completion-tokens",
+        str(args.completion_tokens),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{completions}/{micro_batch} failed:\n{result.stderr[-3000:]}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--completion-tokens", type=int, default=32)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--completions", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--micro-batch", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        run_configuration(args)
+        return
+
+    model = build_mid_model(Path(tempfile.gettempdir()) / "rft-bench-mid-qwen2")
+    parameters = _parameter_count(model)
+    print(
+        f"model: Qwen2, {parameters / 1e6:.1f}M parameters, random weights; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{args.steps} steps, {args.completion_tokens}-token completions, "
+        f"{NUM_GENERATIONS} per prompt"
+    )
+    print(f"{'completions/step':>16} {'micro batch':>11} {'peak RSS MB':>11} {'s/step':>7}")
+    runs: dict[tuple[int, int], dict[str, Any]] = {}
+    for completions in (8, 16, 32):
+        for micro_batch in sorted({MICRO_BATCH, completions}):
+            run = measure(model, completions=completions, micro_batch=micro_batch, args=args)
+            runs[(completions, micro_batch)] = run
+            step_s = sum(run["step_s"]) / len(run["step_s"])
+            print(f"{completions:>16} {micro_batch:>11} {run['peak_rss_mb']:>11.0f} {step_s:>7.2f}")
+
+    split, whole = runs[(32, MICRO_BATCH)], runs[(32, 32)]
+    same = split["totals"] == whole["totals"] and split["advantages"] == whole["advantages"]
+    print(
+        f"32 completions, micro batch {MICRO_BATCH} vs 32: rewards and advantages of "
+        f"{args.steps} steps {'IDENTICAL' if same else 'DIFFER'}"
+    )
+    flat = runs[(32, MICRO_BATCH)]["peak_rss_mb"] - runs[(8, MICRO_BATCH)]["peak_rss_mb"]
+    grown = runs[(32, 32)]["peak_rss_mb"] - runs[(8, 8)]["peak_rss_mb"]
+    print(
+        f"8 -> 32 completions: peak RSS +{flat:.0f} MB with micro batch {MICRO_BATCH}, "
+        f"+{grown:.0f} MB as one batch"
+    )
+    print(f"load at end {os.getloadavg()[0]:.1f}")
+
+
+def _parameter_count(model: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(model / "model.safetensors"), "pt") as weights:
+        return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
+
+
+if __name__ == "__main__":
+    main()
