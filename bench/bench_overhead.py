@@ -153,7 +153,7 @@ def config_differences(steps: int, output_dir: Path) -> list[str]:
         output_dir=output_dir,
         model_cache_dir=output_dir,
     )
-    service = _grpo_config(spec, use_cuda=False, use_bf16=False, use_vllm=False).to_dict()
+    service = _grpo_config(spec, use_cuda=False, use_bf16=False).to_dict()
     bare = bare_config(steps, output_dir).to_dict()
     return [
         f"{key}: service {service.get(key)!r}, bare {bare.get(key)!r}"

