@@ -71,6 +71,10 @@ def test_another_tenants_dataset_cannot_be_used(
         ({"learning_rate": -1}, "learning_rate"),
         ({"lora_target_modules": ["lm_head"]}, "lm_head"),
         ({"no_such_knob": 1}, "no_such_knob"),
+        ({"epsilon": 0.3, "epsilon_high": 0.2}, "epsilon_high"),
+        ({"micro_batch_size": 3}, "micro_batch_size"),
+        ({"stop": ["", "x"]}, "stop"),
+        ({"preset": "huge"}, "preset"),
     ],
 )
 def test_invalid_hyperparameters_are_422_naming_the_field(
@@ -81,6 +85,23 @@ def test_invalid_hyperparameters_are_422_naming_the_field(
     )
     assert response.status_code == 422
     assert field in response.text
+
+
+def test_jobs_store_and_return_the_resolved_hyperparameters(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    hyperparameters = {"preset": "tiny-cpu", "train_steps": 1, "stop": ["\n"]}
+    response = client.post(
+        "/v1/jobs", json=job_request(dataset_id, hyperparameters=hyperparameters)
+    )
+    assert response.status_code == 201, response.text
+    client.post(f"/v1/jobs/{response.json()['id']}/cancel")
+    stored = client.get(f"/v1/jobs/{response.json()['id']}").json()["hyperparameters"]
+    assert stored == response.json()["hyperparameters"]
+    # The preset's values, what the request set, and the automatic micro-batch, all spelled out.
+    assert stored["learning_rate"] == 2e-2 and stored["max_completion_length"] == 16
+    assert stored["train_steps"] == 1 and stored["stop"] == ["\n"]
+    assert stored["micro_batch_size"] == 16 and stored["lr_scheduler_type"] == "constant"
 
 
 def test_another_tenants_job_is_404_everywhere(
