@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
@@ -174,6 +174,10 @@ class DatabaseObserver:
         # (service.job_configs.service.first_step_of_next_version).
         def begin() -> tuple[int, str | None] | None:
             with session_scope() as session:
+                # Not worth a WAL flush (measured: ~2 ms instead of ~9 on a busy 2-core
+                # machine, per step): a crash loses only where a step began, and a resumed
+                # run writes that again (_start).
+                session.execute(text("SET LOCAL synchronous_commit TO off"))
                 row = session.execute(
                     update(Job)
                     .where(Job.id == self.job_id, Job.worker_id == WORKER_ID)
