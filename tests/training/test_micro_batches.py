@@ -94,3 +94,28 @@ def test_stop_length_keeps_the_token_that_completes_the_stop() -> None:
     assert stop_length(ids, decode, ["!", "lo"]) == 2
     assert stop_length(ids, decode, ["?"]) is None
     assert stop_length(ids, decode, []) is None
+
+
+def test_truncated_completions_are_masked_but_stopped_ones_are_not(
+    make_spec: SpecFactory, make_sandbox: SandboxFactory
+) -> None:
+    spec = make_spec(
+        train_steps=1, max_completion_length=6, stop=[" "], mask_truncated_completions=True
+    )
+    trainer = build_trainer(
+        spec, RewardDispatcher(make_sandbox(), spec.reward_config, spec.dataset)
+    )
+    # TRL's own masking would take a completion ended by a stop string for a truncated one.
+    args: Any = trainer.args  # a GRPOConfig
+    assert not args.mask_truncated_completions and trainer.mask_truncated_after_stop
+    trainer.model.train()  # type: ignore[union-attr]
+    batch = next(iter(trainer.get_train_dataloader()))
+    output = trainer._generate_and_score_completions(batch)
+
+    kept = output["completion_mask"].sum(dim=1).tolist()
+    finished = trainer._finished
+    assert len(finished) == len(kept) == 16
+    assert any(finished) and not all(finished)  # both kinds occur with 6 tokens and " "
+    for ended, tokens in zip(finished, kept, strict=True):
+        assert (tokens > 0) == ended
+    assert int(output["num_items_in_batch"]) == sum(kept)
