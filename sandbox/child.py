@@ -29,6 +29,7 @@ only add overhead). Each sample has its own time limit beside the call's.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import ctypes
@@ -258,6 +259,29 @@ class LoadedFunction:
             )
 
 
+class SampleTimer:
+    """Limits of the samples scored on the main thread: the call's deadline, and each
+    sample's own limit from its start."""
+
+    def __init__(self, deadline: float, sample_limit: float, now: float) -> None:
+        self.deadline = deadline
+        self.sample_limit = sample_limit
+        self.sample_started = now
+        self.expired: str | None = None
+
+    def next_check(self, now: float) -> float:
+        return min(self.deadline, self.sample_started + self.sample_limit) - now
+
+    def expired_now(self) -> bool:
+        """Whether the call or the current sample is over its limit (and which, in expired)."""
+        now = time.monotonic()
+        if now >= self.deadline - 0.0005:
+            self.expired = "call"
+        elif now - self.sample_started >= self.sample_limit - 0.0005:
+            self.expired = "sample"
+        return self.expired is not None
+
+
 class SampleOutcomes:
     """Scores and errors of one per-sample call, filled in as samples finish in any order."""
 
@@ -305,15 +329,18 @@ class RewardRunner:
         self._abandoned: list[Future[Any]] = []
         self._loop: Any = None  # asyncio's loop, made on first use
         self._loop_broken = False
+        self._sample_timer: SampleTimer | None = None
         self.python_log = BoundedLog()
         self.raw_log = RawOutputCapture()
         sys.stdout = self.python_log
         sys.stderr = self.python_log
         signal.signal(signal.SIGALRM, self._on_alarm)
 
-    @staticmethod
-    def _on_alarm(signum: int, frame: object) -> None:
-        raise CallTimeout
+    def _on_alarm(self, signum: int, frame: object) -> None:
+        timer = self._sample_timer
+        if timer is None or timer.expired_now():
+            raise CallTimeout
+        self._arm(timer.next_check(time.monotonic()))
 
     def _arm(self, timeout_s: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, max(timeout_s, 0.001))
@@ -447,43 +474,71 @@ class RewardRunner:
         outcomes: SampleOutcomes,
         deadline: float,
         call_message: str,
+        first: int = 0,
+        may_switch: bool = True,
     ) -> int:
-        """Score samples one by one on this thread, each under its own timer. Returns the index
-        to continue from in the thread pool once a sample proved slow (the count when done)."""
+        """Score samples first.. one by one on this thread, each under its own time limit.
+        Returns the index to continue from in the thread pool once a sample proved slow (the
+        count when done).
+
+        One timer serves every sample: when it fires, the handler raises only if the current
+        sample (or the call) is over its limit, and otherwise re-arms itself. This keeps a
+        cheap function's cost per sample at one clock read.
+        """
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        scores, count = outcomes.scores, len(completions)
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = loaded.sample_timeout_s
-        may_switch = loaded.max_concurrency > 1
-        sample_message = f"the sample took longer than {sample_limit:g} s"
-        for index in range(len(completions)):
-            if limiter is not None:
-                time.sleep(limiter.reserve())
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                outcomes.time_out_unfinished(call_message)
-                return len(completions)
-            call_bound = remaining <= sample_limit
-            started = time.perf_counter()
-            try:
-                self._arm(min(remaining, sample_limit))
+        may_switch = may_switch and loaded.max_concurrency > 1
+        clock = time.monotonic
+        index, slow_samples = first, 0
+        previous_start = clock()
+        self._sample_timer = SampleTimer(deadline, sample_limit, previous_start)
+        timer = self._sample_timer
+        try:
+            self._arm(timer.next_check(previous_start))
+            while index < count:
+                if limiter is not None:
+                    time.sleep(limiter.reserve())
+                started = clock()
+                if may_switch and index > first and started - previous_start >= POOL_AFTER_SAMPLE_S:
+                    # Two slow samples in a row: one alone may be a cold start (an import,
+                    # a regex compiled on first use), not a function that waits.
+                    slow_samples += 1
+                    if slow_samples == 2:
+                        loaded.slow = True
+                        break
+                else:
+                    slow_samples = 0
+                previous_start = timer.sample_started = started
                 try:
                     value = function(prompts[index], completions[index], examples[index])
-                finally:
-                    self._disarm()
-            except CallTimeout:
-                if call_bound:
-                    outcomes.time_out_unfinished(call_message)
-                    return len(completions)
-                outcomes.timeout(index, sample_message)
-                continue
-            except BaseException as error:
-                outcomes.error(index, error)
-                continue
-            outcomes.value(index, value)
-            if may_switch and time.perf_counter() - started >= POOL_AFTER_SAMPLE_S:
-                loaded.slow = True
-                return index + 1
-        return len(completions)
+                except CallTimeout:
+                    expired, timer.expired = timer.expired, None
+                    if expired == "call":
+                        raise
+                    outcomes.timeout(index, f"the sample took longer than {sample_limit:g} s")
+                    index += 1
+                    self._arm(timer.next_check(clock()))
+                    continue
+                except BaseException as error:
+                    outcomes.error(index, error)
+                    index += 1
+                    continue
+                score, problem = _to_score(value)
+                scores[index] = score
+                if problem is not None:
+                    outcomes.errors.append(_invalid_return(problem, index))
+                index += 1
+        except CallTimeout:
+            outcomes.finished[:index] = [True] * index
+            outcomes.time_out_unfinished(call_message)
+            return count
+        finally:
+            self._disarm()
+            self._sample_timer = None
+        outcomes.finished[:index] = [True] * index
+        return index
 
     def _sample_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -520,19 +575,23 @@ class RewardRunner:
 
         pool = self._sample_pool()
         width = min(loaded.max_concurrency, self.sample_threads)
-        waiting = iter(range(first, len(completions)))
+        waiting = collections.deque(range(first, len(completions)))
         running: dict[Future[Any], int] = {}
 
-        def fill() -> None:
-            while len(running) < width:
-                index = next(waiting, None)
-                if index is None:
-                    return
+        def fill() -> bool:
+            """Submit up to the width; False when no thread could start (process limits)."""
+            while len(running) < width and waiting:
                 # A context per sample: one context cannot be entered by two threads at once.
                 context = contextvars.copy_context()
-                running[pool.submit(context.run, score_one, index)] = index
+                try:
+                    running[pool.submit(context.run, score_one, waiting[0])] = waiting[0]
+                except RuntimeError:
+                    return False
+                waiting.popleft()
+            return True
 
-        fill()
+        if not fill():
+            width = max(len(running), 1)
         while running:
             now = time.monotonic()
             if now >= deadline:
@@ -558,7 +617,13 @@ class RewardRunner:
                     del running[future]
                     self._abandoned.append(future)
                     outcomes.timeout(index, sample_message)
-            fill()
+            if not fill():
+                width = max(len(running), 1)
+        if waiting and time.monotonic() < deadline:
+            # Not a single thread could start: score the rest on this thread.
+            self._run_samples_here(
+                loaded, batch, outcomes, deadline, call_message, waiting[0], may_switch=False
+            )
         outcomes.time_out_unfinished(call_message)
         if durations and sum(durations) / len(durations) < POOL_AFTER_SAMPLE_S:
             loaded.slow = False

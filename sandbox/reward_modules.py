@@ -18,6 +18,7 @@ import symtable
 
 from sandbox.api import RewardCodeError
 
+
 def extract_reward_function(name: str, module_source: str, function_name: str) -> str:
     """The source of `function_name` from `module_source`, with everything it reaches.
 

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
         "key: share the file (a volume) or set RFT_SECRETS_KEY everywhere.",
     )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
+    reward_sample_timeout_s: float = Field(
+        10.0, gt=0, description="Wall limit of one sample of a per-sample function (default)."
+    )
     reward_memory_limit_mb: int = Field(1024, ge=64)
     sandbox_uid_first: int = Field(
         61000,

@@ -22,6 +22,7 @@ from service.datasets.repository import DatasetRepository
 from service.db import session_scope
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.repository import JobRepository
+from service.jobs.schemas import run_settings
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
 from service.models import Checkpoint, Job
@@ -61,6 +62,7 @@ def load_reward_config(session: Session, job_id: str, version: int) -> RewardCon
                 name=name,
                 source=sources[(name, function_version)].source,
                 weight=float(config.reward_functions[name]["weight"]),
+                **run_settings(config.reward_functions[name]),
                 version=function_version,
             )
             for name, function_version in keys

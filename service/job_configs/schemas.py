@@ -5,13 +5,16 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import RewardFunctionCreate, check_reward_function_names
+from service.jobs.schemas import (
+    RewardFunctionCreate,
+    RewardFunctionSettings,
+    check_reward_function_names,
+)
 from service.secrets import check_secret_changes
 
 
-class RewardFunctionConfig(BaseModel):
+class RewardFunctionConfig(RewardFunctionSettings):
     source: str
-    weight: float
     version: int = Field(description="Bumped each time this function's source changes.")
     label: str = Field(description="name_vN, as shown in graphs.")
 

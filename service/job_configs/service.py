@@ -27,6 +27,7 @@ from service.job_configs.schemas import (
     RewardFunctionConfig,
 )
 from service.jobs.repository import JobRepository
+from service.jobs.schemas import run_settings
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
 from service.models import Job, JobConfigVersion, RewardFunctionVersion
@@ -51,6 +52,7 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
             name: RewardFunctionConfig(
                 source=sources[(name, version)].source,
                 weight=float(config.reward_functions[name]["weight"]),
+                **run_settings(config.reward_functions[name]),
                 version=version,
                 label=label(name, version),
             )
@@ -216,7 +218,7 @@ def update_config(
             added.append(name)
         elif int(current.reward_functions[name]["version"]) != version:
             changed.append(name)
-        entries[name] = {"version": version, "weight": function.weight}
+        entries[name] = function.config_entry(version)
     removed = [name for name in current.reward_functions if name not in entries]
 
     job.config_version += 1
@@ -273,7 +275,12 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
         job.dataset_id, {c.dataset_index for c in completions if c.dataset_index is not None}
     )
     specs = [
-        RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
+        RewardFunctionSpec(
+            name=name,
+            source=f.source,
+            weight=f.weight,
+            **run_settings(f.config_entry(1)),
+        )
         for name, f in update.reward_functions.items()
     ]
     try:

@@ -5,8 +5,10 @@ import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sandbox.api import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_LIMIT, RewardCodeError
+from sandbox.reward_modules import extract_reward_function
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
 from service.secrets import JobSecrets
@@ -24,16 +26,37 @@ MAX_REWARD_FUNCTIONS = 16
 MAX_SOURCE_BYTES = 200_000
 
 
-class RewardFunctionCreate(BaseModel):
+# How a function runs, stored with each config version beside its weight: changing them gives
+# a new config version, not a new function version.
+FUNCTION_RUN_SETTINGS = ("max_concurrency", "sample_timeout_s", "rate_limit_per_s")
+
+
+class RewardFunctionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(
-        description="Python source defining the function: per sample "
-        "`def f(prompt, completion, example) -> float`, or TRL's batch form "
-        "`def f(prompts, completions, **kwargs) -> list[float]`.",
-        max_length=MAX_SOURCE_BYTES,
-    )
     weight: float = Field(1.0, description="Multiplier of this function's score in the total.")
+    max_concurrency: int = Field(
+        DEFAULT_MAX_CONCURRENCY,
+        ge=1,
+        le=MAX_CONCURRENCY_LIMIT,
+        description="Samples of a per-sample function scored at once: `async def` functions "
+        "are awaited together, plain ones run in threads once a sample proves slow (an API "
+        "call). 1 scores them one after another (code that is not thread-safe).",
+    )
+    sample_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Wall limit of one sample (per-sample functions); a slow sample loses only "
+        "its own score. null: the server's default (RFT_REWARD_SAMPLE_TIMEOUT_S).",
+    )
+    rate_limit_per_s: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="At most this many calls start per second (samples of a per-sample "
+        "function, calls of a batch one): keeps a judge API under its quota.",
+    )
 
     @field_validator("weight")
     @classmethod
@@ -41,6 +64,72 @@ class RewardFunctionCreate(BaseModel):
         if not math.isfinite(weight):
             raise ValueError("weight must be a finite number")
         return weight
+
+    def config_entry(self, version: int) -> dict[str, Any]:
+        """The function's entry in a stored config version; run settings only when set."""
+        entry: dict[str, Any] = {"version": version, "weight": self.weight}
+        entry.update(self.model_dump(include=set(FUNCTION_RUN_SETTINGS), exclude_defaults=True))
+        return entry
+
+
+def run_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """RewardFunctionSpec keywords from a stored config entry (older entries have none)."""
+    return {key: entry[key] for key in FUNCTION_RUN_SETTINGS if entry.get(key) is not None}
+
+
+class RewardFunctionCreate(RewardFunctionSettings):
+    source: str = Field(
+        description="Python source defining the function: per sample "
+        "`def f(prompt, completion, example) -> float`, or TRL's batch form "
+        "`def f(prompts, completions, **kwargs) -> list[float]`; `async def` too.",
+        max_length=MAX_SOURCE_BYTES,
+    )
+    function: str | None = Field(
+        None,
+        description="With a whole module as `source` (imports, constants, helpers, several "
+        "functions): the function to run. Only it and the module-level names it reaches are "
+        "kept (and stored as this function's source).",
+        max_length=200,
+    )
+
+    @model_validator(mode="after")
+    def _take_function_from_module(self) -> RewardFunctionCreate:
+        if self.function is None:
+            return self
+        try:
+            self.source = extract_reward_function(self.function, self.source, self.function)
+        except RewardCodeError as exc:
+            if "syntax error" in exc.message:
+                return self  # the source checks report it as for any function (400, the line)
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class RewardModuleFunction(RewardFunctionSettings):
+    function: str | None = Field(
+        None, description="The function in the module; default: the reward's own name."
+    )
+
+
+class RewardModule(BaseModel):
+    """A whole reward file and which of its functions are rewards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="The module's source.", max_length=MAX_SOURCE_BYTES)
+    functions: dict[str, RewardModuleFunction] = Field(
+        min_length=1, description="Reward name -> weight and settings; the name is the def's."
+    )
+
+    def reward_functions(self) -> dict[str, RewardFunctionCreate]:
+        return {
+            name: RewardFunctionCreate(
+                source=self.source,
+                function=entry.function or name,
+                **entry.model_dump(exclude={"function"}),
+            )
+            for name, entry in self.functions.items()
+        }
 
 
 def check_reward_function_names(
@@ -64,11 +153,45 @@ RewardFunctions = Annotated[
 ]
 
 
-class JobCreate(BaseModel):
+class RewardFunctionsInput(BaseModel):
+    """Reward functions one by one, from a module, or both (names must not repeat)."""
+
+    # Checked by the validator below once the module's functions are added: with a module,
+    # reward_functions may be empty.
+    reward_functions: dict[str, RewardFunctionCreate] = Field(
+        default_factory=dict,
+        description="Functions by name, each with its own source.",
+        json_schema_extra={
+            "maxProperties": MAX_REWARD_FUNCTIONS,
+            "propertyNames": {"pattern": FUNCTION_NAME.pattern},
+        },
+    )
+    reward_module: RewardModule | None = Field(
+        None,
+        description="One module's source and which of its functions are rewards; each is "
+        "stored as its own function with the module-level code it uses.",
+    )
+
+    @model_validator(mode="after")
+    def _add_module_functions(self) -> RewardFunctionsInput:
+        functions = dict(self.reward_functions)
+        if self.reward_module is not None:
+            from_module = self.reward_module.reward_functions()
+            both = sorted(set(functions) & set(from_module))
+            if both:
+                raise ValueError(
+                    f"reward function {both[0]!r} is given in reward_functions and in "
+                    "reward_module; give it once"
+                )
+            functions.update(from_module)
+        self.reward_functions = check_reward_function_names(functions)
+        return self
+
+
+class JobCreate(RewardFunctionsInput):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str
-    reward_functions: RewardFunctions
     base_model: str = Field(
         TINY_MODEL_NAME,
         description=f"A Hugging Face model id (checked on the hub at creation), an absolute "

@@ -94,7 +94,7 @@ def create_job(
             job_id=job.id,
             version=1,
             reward_functions={
-                name: {"version": 1, "weight": function.weight}
+                name: function.config_entry(1)
                 for name, function in payload.reward_functions.items()
             },
             temperature=payload.hyperparameters.temperature,

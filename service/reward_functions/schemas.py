@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.jobs.schemas import RewardFunctions
+from service.jobs.schemas import RewardFunctionsInput
 from service.secrets import JobSecrets
 
 MAX_TEST_SAMPLES = 256
@@ -18,12 +18,11 @@ class Sample(BaseModel):
     )
 
 
-class RewardFunctionTest(BaseModel):
+class RewardFunctionTest(RewardFunctionsInput):
     """Functions to try, on given samples or on rows of a stored dataset."""
 
     model_config = ConfigDict(extra="forbid")
 
-    reward_functions: RewardFunctions
     samples: list[Sample] | None = Field(None, max_length=MAX_TEST_SAMPLES)
     dataset_id: str | None = None
     completions: list[str] | None = Field(

@@ -12,7 +12,7 @@ from sandbox.inspection import inspect_reward_source
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.errors import InvalidRewardFunction
-from service.jobs.schemas import RewardFunctionCreate
+from service.jobs.schemas import RewardFunctionCreate, run_settings
 from service.reward_functions.schemas import (
     FunctionTestResult,
     RewardErrorOut,
@@ -41,7 +41,9 @@ def check_reward_functions(functions: Mapping[str, RewardFunctionCreate]) -> dic
 
 def _specs(functions: Mapping[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
     return [
-        RewardFunctionSpec(name=name, source=f.source, weight=f.weight)
+        RewardFunctionSpec(
+            name=name, source=f.source, weight=f.weight, **run_settings(f.config_entry(1))
+        )
         for name, f in functions.items()
     ]
 

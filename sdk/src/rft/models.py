@@ -6,7 +6,9 @@ server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+import types
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
@@ -14,7 +16,7 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from rft.reward_source import to_source
+from rft.reward_source import function_reference, module_functions, module_text, to_source
 
 Item = TypeVar("Item")
 
@@ -205,15 +207,69 @@ class CheckpointList(BaseModel):
 
 
 class RewardFunction(BaseModel):
-    """A reward function to send: Python source (or a plain function) and its weight."""
+    """A reward function to send: Python source (or a plain function), its weight, and how it
+    runs. Settings left None take the server's defaults."""
 
     source: str
     weight: float = 1.0
+    function: str | None = Field(
+        None,
+        description="The def to run when source is a whole module (set for functions "
+        "that use module-level names: their file is sent, the server keeps what they use).",
+    )
+    max_concurrency: int | None = Field(
+        None, description="Samples scored at once (async or threads); 1: one after another."
+    )
+    sample_timeout_s: float | None = Field(None, description="Wall limit of one sample.")
+    rate_limit_per_s: float | None = Field(None, description="Most calls started per second.")
 
     def __init__(
         self, source: str | Callable[..., Any], *, weight: float = 1.0, **extra: Any
     ) -> None:
+        if callable(source) and not isinstance(source, RewardFunction):
+            source, function = function_reference(source)
+            if function is not None:
+                extra.setdefault("function", function)
         super().__init__(source=to_source(source), weight=weight, **extra)
+
+    def to_request(self) -> dict[str, Any]:
+        return self.model_dump(
+            include={"source", "weight", *RUN_SETTINGS, "function"}, exclude_none=True
+        )
+
+
+RUN_SETTINGS = ("max_concurrency", "sample_timeout_s", "rate_limit_per_s")
+
+
+class RewardModule:
+    """A whole reward file, and which of its functions are rewards::
+
+        rft.RewardModule("rewards.py", {"correctness_reward_func": 2.0, "int_reward_func": 0.5})
+        rft.RewardModule(my_rewards_module, ["strict_format_reward_func"])
+
+    ``functions`` maps names to weights or to ``{"weight", "max_concurrency", ...}``, or lists
+    names (weight 1). The server stores each function with the module-level code it uses.
+    """
+
+    def __init__(
+        self,
+        module: str | os.PathLike[str] | types.ModuleType,
+        functions: Mapping[str, float | Mapping[str, Any]] | Sequence[str],
+    ) -> None:
+        self.source = module_text(module)
+        self.functions = module_functions(functions)
+
+    @classmethod
+    def from_source(
+        cls, source: str, functions: Mapping[str, float | Mapping[str, Any]] | Sequence[str]
+    ) -> RewardModule:
+        module = cls.__new__(cls)
+        module.source = source
+        module.functions = module_functions(functions)
+        return module
+
+    def to_request(self) -> dict[str, Any]:
+        return {"source": self.source, "functions": self.functions}
 
 
 RewardFunctionLike: TypeAlias = str | Callable[..., Any] | RewardFunction
@@ -242,9 +298,12 @@ def to_reward_function_config(
     if isinstance(value, RewardFunctionConfig):
         return value
     if isinstance(value, RewardFunction):
-        return RewardFunctionConfig(value.source, weight=value.weight)
+        return RewardFunctionConfig.model_validate(value.model_dump(exclude={"version", "label"}))
     if isinstance(value, Mapping):
         return RewardFunctionConfig.model_validate(value)
+    if callable(value):
+        source, function = function_reference(value, name=name)
+        return RewardFunctionConfig(source, weight=weight, function=function)
     return RewardFunctionConfig(to_source(value, name=name), weight=weight)
 
 
@@ -276,7 +335,7 @@ class RewardFunctionMap(dict[str, RewardFunctionConfig]):
             self[name] = value
 
     def to_request(self) -> dict[str, dict[str, Any]]:
-        return {name: {"source": f.source, "weight": f.weight} for name, f in self.items()}
+        return {name: f.to_request() for name, f in self.items()}
 
     @classmethod
     def __get_pydantic_core_schema__(

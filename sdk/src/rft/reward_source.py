@@ -1,9 +1,11 @@
 """Turning a Python function into the source text the server runs in its sandbox.
 
-The server receives only text, so a function may use nothing but its parameters, builtins and
-what it imports inside its own body. Anything else (a lambda, a closure, a bound method, a
-module-level import) would fail far away on the server; we refuse it here with a message
-that says what to change.
+The server receives only text. A function that uses nothing but its parameters, builtins and
+its own imports is sent as its own source. One that uses module-level names (imports,
+constants, helpers, as tutorial reward files do) is sent with its whole file and its name: the
+server keeps the function and what it reaches in that file. Anything else (a lambda, a
+closure, a bound method, a name its file does not define) would fail far away on the server;
+we refuse it here with a message that says what to change.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import ast
 import builtins
 import dis
 import inspect
+import os
 import textwrap
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rft.errors import RewardFunctionSourceError
@@ -67,8 +71,6 @@ def function_source(function: Callable[..., Any], *, name: str | None = None) ->
             f"{label} is a closure over {captured}; those values do not "
             f"travel with the source: {_HOW_TO_FIX}, passing values as constants"
         )
-    if inspect.iscoroutinefunction(function):
-        raise RewardFunctionSourceError(f"{label} is async; reward functions must be plain defs")
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
@@ -90,6 +92,94 @@ def function_source(function: Callable[..., Any], *, name: str | None = None) ->
             f"will not exist on the server: import or define them inside the function body"
         )
     return source
+
+
+def function_reference(
+    function: Callable[..., Any], *, name: str | None = None
+) -> tuple[str, str | None]:
+    """What to send for a function: ``(its source, None)`` when it is self-contained, else
+    ``(its module's source, its name)`` when it uses module-level names its file defines.
+
+    The server then keeps the function and the module-level code it reaches (see the
+    server's sandbox/reward_modules.py); the rest of the file never runs.
+    """
+    try:
+        return function_source(function, name=name), None
+    except RewardFunctionSourceError as error:
+        if "module-level names" not in str(error):
+            raise
+        label = f"reward function {name or function.__name__!r}"
+        module_source = _module_source(function)
+        if module_source is None:
+            raise
+    undefined = sorted(
+        {
+            global_name
+            for global_name in _global_names(function.__code__)
+            if not hasattr(builtins, global_name)
+        }
+        - _top_level_names(module_source)
+    )
+    if undefined:
+        raise RewardFunctionSourceError(
+            f"{label} uses {', '.join(undefined)}, which its file does not define at module "
+            "level (set at run time, or in a notebook): define them in the file or in the "
+            "function body"
+        )
+    return module_source, function.__name__
+
+
+def _module_source(function: Callable[..., Any]) -> str | None:
+    module = inspect.getmodule(function)
+    try:
+        if module is not None:
+            return inspect.getsource(module)
+        return Path(inspect.getsourcefile(function) or "").read_text()
+    except (OSError, TypeError):
+        return None
+
+
+def _top_level_names(source: str) -> set[str]:
+    """Names a module binds at its top level (definitions, imports, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        for child in ast.walk(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(child.name)
+            elif isinstance(child, ast.Import | ast.ImportFrom):
+                names.update(alias.asname or alias.name.split(".")[0] for alias in child.names)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                names.add(child.id)
+    return names
+
+
+def module_text(module: str | os.PathLike[str] | types.ModuleType) -> str:
+    """The source of a reward file, given as a path or as an imported module."""
+    if isinstance(module, types.ModuleType):
+        try:
+            return inspect.getsource(module)
+        except (OSError, TypeError):
+            raise RewardFunctionSourceError(
+                f"the source of module {module.__name__!r} is not available"
+            ) from None
+    path = Path(module)
+    if not path.is_file():
+        raise RewardFunctionSourceError(f"reward module {str(path)!r} is not a file")
+    return path.read_text()
+
+
+def module_functions(
+    functions: Mapping[str, float | Mapping[str, Any]] | Sequence[str],
+) -> dict[str, dict[str, Any]]:
+    """``{name: weight}``, ``{name: {"weight": ..., ...}}`` or names -> the request's form."""
+    if isinstance(functions, str):
+        functions = [functions]
+    if not isinstance(functions, Mapping):
+        return {name: {} for name in functions}
+    return {
+        name: dict(value) if isinstance(value, Mapping) else {"weight": float(value)}
+        for name, value in functions.items()
+    }
 
 
 def to_source(value: Any, *, name: str | None = None) -> str:

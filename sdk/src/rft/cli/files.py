@@ -1,7 +1,9 @@
 """YAML files the CLI reads and writes: job specs and job configs.
 
 Reward function sources may be inline (``source``) or in a file next to the YAML
-(``source_file``), so a job spec can live in a repository beside its reward code.
+(``source_file``), so a job spec can live in a repository beside its reward code. A whole
+reward file serves several functions: ``function`` names the def to run in it (the server keeps
+what that def uses), or a job spec's ``reward_module: {source_file, functions}`` names them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import yaml
 
 from rft.errors import RFTError
-from rft.models import JobConfig
+from rft.models import RUN_SETTINGS, JobConfig, RewardModule
 
 
 def _reward_functions(raw: Any, base_dir: Path, where: str) -> dict[str, dict[str, Any]]:
@@ -34,7 +36,21 @@ def _reward_functions(raw: Any, base_dir: Path, where: str) -> dict[str, dict[st
         else:
             raise RFTError(f"{where}: reward function {name!r} needs source or source_file")
         functions[str(name)] = {"source": source, "weight": float(spec.get("weight", 1.0))}
+        for key in ("function", *RUN_SETTINGS):
+            if spec.get(key) is not None:
+                functions[str(name)][key] = spec[key]
     return functions
+
+
+def _reward_module(raw: Any, base_dir: Path, where: str) -> RewardModule:
+    if not isinstance(raw, dict) or not ("source_file" in raw or "source" in raw):
+        raise RFTError(f"{where}: reward_module must be {{source_file|source, functions}}")
+    functions = raw.get("functions")
+    if not isinstance(functions, dict | list) or not functions:
+        raise RFTError(f"{where}: reward_module.functions must name the reward functions")
+    if "source_file" in raw:
+        return RewardModule(base_dir / str(raw["source_file"]), functions)
+    return RewardModule.from_source(str(raw["source"]), functions)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -53,6 +69,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "dataset",
         "base_model",
         "reward_functions",
+        "reward_module",
         "hyperparameters",
         "allow_network",
         "runtime_packages",
@@ -63,8 +80,19 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         raise RFTError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if bool(spec.get("dataset_id")) == bool(spec.get("dataset")):
         raise RFTError(f"{path}: give either dataset_id or dataset (a file to upload)")
+    if not spec.get("reward_functions") and not spec.get("reward_module"):
+        raise RFTError(f"{path}: give reward_functions, reward_module or both")
     job: dict[str, Any] = {
-        "reward_functions": _reward_functions(spec.get("reward_functions"), path.parent, str(path)),
+        "reward_functions": (
+            _reward_functions(spec["reward_functions"], path.parent, str(path))
+            if spec.get("reward_functions")
+            else {}
+        ),
+        "reward_module": (
+            _reward_module(spec["reward_module"], path.parent, str(path))
+            if spec.get("reward_module")
+            else None
+        ),
         "base_model": spec.get("base_model", "rft-tiny"),
         "hyperparameters": spec.get("hyperparameters") or {},
         "name": spec.get("name"),
@@ -113,7 +141,16 @@ def config_to_yaml(config: JobConfig) -> str:
         "job_id": config.job_id,
         "version": config.version,
         "reward_functions": {
-            name: {"weight": function.weight, "source": function.source}
+            name: {
+                "weight": function.weight,
+                # Run settings travel too, so `config update` of this file keeps them.
+                **{
+                    key: getattr(function, key)
+                    for key in RUN_SETTINGS
+                    if getattr(function, key) is not None
+                },
+                "source": function.source,
+            }
             for name, function in config.reward_functions.items()
         },
     }

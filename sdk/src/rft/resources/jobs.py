@@ -27,6 +27,7 @@ from rft.models import (
     RewardError,
     RewardFunctionLog,
     RewardFunctionsInput,
+    RewardModule,
     Step,
     reward_functions_request,
 )
@@ -54,7 +55,8 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 def _create_request(
     *,
     dataset: str | Dataset,
-    reward_functions: RewardFunctionsInput,
+    reward_functions: RewardFunctionsInput | None,
+    reward_module: RewardModule | None,
     base_model: str,
     hyperparameters: Hyperparameters | Mapping[str, Any] | None,
     name: str | None,
@@ -69,7 +71,7 @@ def _create_request(
         hyperparameters = hyperparameters.model_dump(exclude_unset=True, exclude_none=True)
     body: dict[str, Any] = {
         "dataset_id": dataset.id if isinstance(dataset, Dataset) else dataset,
-        "reward_functions": reward_functions_request(reward_functions),
+        "reward_functions": reward_functions_request(reward_functions or {}),
         "base_model": base_model,
         "hyperparameters": dict(hyperparameters or {}),
         "name": name,
@@ -77,6 +79,8 @@ def _create_request(
         "runtime_packages": list(runtime_packages),
         "secrets": dict(secrets or {}),
     }
+    if reward_module is not None:
+        body["reward_module"] = reward_module.to_request()
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
     headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
     return RequestOptions("POST", "/v1/jobs", json=body, headers=headers)
@@ -239,7 +243,8 @@ class Jobs:
         self,
         *,
         dataset: str | Dataset,
-        reward_functions: RewardFunctionsInput,
+        reward_functions: RewardFunctionsInput | None = None,
+        reward_module: RewardModule | None = None,
         base_model: str = DEFAULT_BASE_MODEL,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -251,7 +256,10 @@ class Jobs:
         """Start a GRPO job.
 
         ``reward_functions`` maps a name to a Python function, a source string, or
-        ``RewardFunction(fn_or_source, weight=...)``. An Idempotency-Key is always sent (a fresh
+        ``RewardFunction(fn_or_source, weight=...)``; a function that uses module-level
+        helpers, constants or imports is sent with its file, and the server keeps what it
+        uses. ``reward_module=RewardModule("rewards.py", {"name": weight})`` names the rewards
+        of a whole file instead (or as well). An Idempotency-Key is always sent (a fresh
         one unless given), so retries after a lost response return the same job.
         ``secrets`` become environment variables of this job's reward functions only (e.g. a
         judge's API key): stored encrypted, never returned (``Job.secret_names`` lists them).
@@ -259,6 +267,7 @@ class Jobs:
         options = _create_request(
             dataset=dataset,
             reward_functions=reward_functions,
+            reward_module=reward_module,
             base_model=base_model,
             hyperparameters=hyperparameters,
             name=name,
@@ -553,7 +562,8 @@ class AsyncJobs:
         self,
         *,
         dataset: str | Dataset,
-        reward_functions: RewardFunctionsInput,
+        reward_functions: RewardFunctionsInput | None = None,
+        reward_module: RewardModule | None = None,
         base_model: str = DEFAULT_BASE_MODEL,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -565,6 +575,7 @@ class AsyncJobs:
         options = _create_request(
             dataset=dataset,
             reward_functions=reward_functions,
+            reward_module=reward_module,
             base_model=base_model,
             hyperparameters=hyperparameters,
             name=name,

@@ -7,13 +7,15 @@ from rft.models import (
     Dataset,
     RewardFunctionsInput,
     RewardFunctionTestResult,
+    RewardModule,
     reward_functions_request,
 )
 from rft.transport import AsyncTransport, RequestOptions, SyncTransport
 
 
 def _test_request(
-    reward_functions: RewardFunctionsInput,
+    reward_functions: RewardFunctionsInput | None,
+    reward_module: RewardModule | None,
     samples: Sequence[Mapping[str, Any]] | None,
     dataset: str | Dataset | None,
     completions: Sequence[str] | None,
@@ -22,10 +24,12 @@ def _test_request(
     secrets: Mapping[str, str] | None,
 ) -> RequestOptions:
     body: dict[str, Any] = {
-        "reward_functions": reward_functions_request(reward_functions),
+        "reward_functions": reward_functions_request(reward_functions or {}),
         "allow_network": allow_network,
         "secrets": dict(secrets or {}),
     }
+    if reward_module is not None:
+        body["reward_module"] = reward_module.to_request()
     if samples is not None:
         body["samples"] = [dict(sample) for sample in samples]
     if dataset is not None:
@@ -44,7 +48,8 @@ class RewardFunctions:
     def test(
         self,
         *,
-        reward_functions: RewardFunctionsInput,
+        reward_functions: RewardFunctionsInput | None = None,
+        reward_module: RewardModule | None = None,
         samples: Sequence[Mapping[str, Any]] | None = None,
         dataset: str | Dataset | None = None,
         completions: Sequence[str] | None = None,
@@ -59,7 +64,14 @@ class RewardFunctions:
         scores, typed errors, printed output and timing.
         """
         options = _test_request(
-            reward_functions, samples, dataset, completions, rows, allow_network, secrets
+            reward_functions,
+            reward_module,
+            samples,
+            dataset,
+            completions,
+            rows,
+            allow_network,
+            secrets,
         )
         return RewardFunctionTestResult.model_validate(self._transport.request(options).json())
 
@@ -71,7 +83,8 @@ class AsyncRewardFunctions:
     async def test(
         self,
         *,
-        reward_functions: RewardFunctionsInput,
+        reward_functions: RewardFunctionsInput | None = None,
+        reward_module: RewardModule | None = None,
         samples: Sequence[Mapping[str, Any]] | None = None,
         dataset: str | Dataset | None = None,
         completions: Sequence[str] | None = None,
@@ -80,7 +93,14 @@ class AsyncRewardFunctions:
         secrets: Mapping[str, str] | None = None,
     ) -> RewardFunctionTestResult:
         options = _test_request(
-            reward_functions, samples, dataset, completions, rows, allow_network, secrets
+            reward_functions,
+            reward_module,
+            samples,
+            dataset,
+            completions,
+            rows,
+            allow_network,
+            secrets,
         )
         response = await self._transport.request(options)
         return RewardFunctionTestResult.model_validate(response.json())
