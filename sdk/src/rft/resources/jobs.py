@@ -445,8 +445,10 @@ class Jobs:
 
         With ``check_version`` (the default) a config read by :meth:`get_config` is sent with
         If-Match, so a change made by someone else in between raises PreconditionFailedError
-        instead of being overwritten. ``dry_run=True`` rescores the last recorded step with the
-        new functions and changes nothing.
+        instead of being overwritten; the server requires If-Match, so a config with no
+        version raises PreconditionRequiredError. ``check_version=False`` replaces whatever
+        version is current (If-Match: *). ``dry_run=True`` rescores the last recorded step with
+        the new functions and changes nothing.
         """
         options = _update_config_request(
             job_id, config, dry_run=dry_run, check_version=check_version
