@@ -395,7 +395,7 @@ class ProcessSandbox(RewardSandbox):
         frame = encode_frame(
             {
                 "op": "load",
-                "timeout_s": self.settings.call_timeout_s,
+                "timeout_s": self.settings.effective_load_timeout_s,
                 "functions": [
                     {
                         "name": spec.name,
@@ -435,7 +435,7 @@ class ProcessSandbox(RewardSandbox):
         if not worker.alive:
             self._restart(worker)
         try:
-            reply = worker.request(frame, self._hard_timeout_s())
+            reply = worker.request(frame, self._hard_load_timeout_s())
         except WorkerFailure as failure:
             self._restart(worker)
             raise RewardCodeError(", ".join(names), f"loading failed: {failure.message}") from None
@@ -570,7 +570,7 @@ class ProcessSandbox(RewardSandbox):
         if self._load_frame is None:
             return None
         try:
-            reply = worker.request(self._load_frame, self._hard_timeout_s())
+            reply = worker.request(self._load_frame, self._hard_load_timeout_s())
         except WorkerFailure as failure:
             return f"reloading the functions after a restart failed: {failure.message}"
         if reply.get("ok") is not True:
@@ -580,6 +580,9 @@ class ProcessSandbox(RewardSandbox):
 
     def _hard_timeout_s(self) -> float:
         return self.settings.call_timeout_s + self.settings.kill_grace_s
+
+    def _hard_load_timeout_s(self) -> float:
+        return self.settings.effective_load_timeout_s + self.settings.kill_grace_s
 
     def _check_open(self) -> None:
         if self._closed:

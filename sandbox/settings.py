@@ -83,8 +83,16 @@ class SandboxSettings:
     call_timeout_s: float = field(
         default=30.0,
         metadata={
-            "help": "Wall-clock limit of one function scoring one batch (and of loading). The "
-            "child interrupts the call at this time; the parent kills it shortly after."
+            "help": "Wall-clock limit of one function scoring one batch (and of loading, unless "
+            "load_timeout_s is set). The child interrupts the call at this time; the parent "
+            "kills it shortly after."
+        },
+    )
+    load_timeout_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "Wall-clock limit of loading the functions (their module-level code, "
+            "imports included). None: call_timeout_s."
         },
     )
     sample_timeout_s: float = field(
@@ -142,6 +150,10 @@ class SandboxSettings:
         metadata={"help": "Interpreter installation to run; default: the worker's own (base)."},
     )
 
+    @property
+    def effective_load_timeout_s(self) -> float:
+        return self.load_timeout_s if self.load_timeout_s is not None else self.call_timeout_s
+
     def __post_init__(self) -> None:
         if self.isolation not in ("bwrap", "none"):
             raise ValueError(f"isolation must be 'bwrap' or 'none', not {self.isolation!r}")
@@ -181,6 +193,8 @@ class SandboxSettings:
             uids = (self.sandbox_uid, self.sandbox_uid)
         if uids[0] < 1 or uids[1] > MAX_UID:
             raise ValueError(f"sandbox uids {uids[0]}-{uids[1]} must lie within 1-{MAX_UID}")
+        if self.load_timeout_s is not None and self.load_timeout_s <= 0:
+            raise ValueError(f"load_timeout_s must be positive, got {self.load_timeout_s}")
         if self.log_limit_bytes < 0 or self.kill_grace_s < 0:
             raise ValueError("log_limit_bytes and kill_grace_s cannot be negative")
         clashes = RESERVED_ENV & set(self.env)

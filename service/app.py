@@ -6,6 +6,8 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from service.api_docs.endpoints import router as api_docs_router
+from service.api_docs.openapi import install_error_responses
 from service.artifacts.endpoints import router as artifacts_router
 from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
@@ -14,6 +16,7 @@ from service.events.endpoints import router as events_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.observability import install_observability
+from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
 from service.ui.endpoints import router as ui_router
@@ -24,9 +27,22 @@ def create_app() -> FastAPI:
         title="rft",
         version="0.1.0",
         description="Reinforcement fine-tuning (GRPO + LoRA) with live reward updates.",
+        # Served by service.api_docs from our own origin, so they work offline.
+        docs_url=None,
+        redoc_url=None,
     )
+    settings = get_settings()
     install_error_handlers(app)
-    install_observability(app, get_settings())
+    install_observability(app, settings)
+    # Added last, so it runs first: refused input never takes a slot of RequestGate's cap,
+    # and a JSON body is read in full before its request takes one.
+    app.add_middleware(
+        RequestInputGuard,
+        max_request_bytes=settings.max_request_bytes,
+        max_upload_bytes=settings.max_upload_bytes,
+    )
+    install_error_responses(app)
+    app.include_router(api_docs_router)
     app.include_router(datasets_router)
     app.include_router(jobs_router)
     app.include_router(job_configs_router)

@@ -1,4 +1,4 @@
-"""Structured logs, Prometheus metrics and request limits for the API."""
+"""Structured logs, Prometheus metrics and the in-flight cap of the API."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import Forbidden, PayloadTooLarge, Unauthorized, render_error
+from service.errors import Forbidden, Unauthorized
 from service.settings import Settings
 
 REQUEST_SECONDS = Histogram(
@@ -100,8 +100,8 @@ class JobCollector(Collector):
 
 
 class RequestGate:
-    """Size limits, a cap on API requests in flight, and latency metrics (plain ASGI: no
-    per-request task or body buffering as with BaseHTTPMiddleware).
+    """A cap on API requests in flight, and latency metrics (plain ASGI: no per-request task
+    or body buffering as with BaseHTTPMiddleware). Size limits are service.request_input's.
 
     The cap keeps requests beyond what the database pool can serve waiting here, holding
     nothing. Without it, under a burst, requests that took a pooled connection for the
@@ -109,12 +109,8 @@ class RequestGate:
     and the API stalls (measured: 200 clients froze it for over a minute).
     """
 
-    def __init__(
-        self, app: ASGIApp, *, max_request_bytes: int, max_upload_bytes: int, max_in_flight: int
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, max_in_flight: int) -> None:
         self.app = app
-        self.max_request_bytes = max_request_bytes
-        self.max_upload_bytes = max_upload_bytes
         self.max_in_flight = max_in_flight
         self._slots: asyncio.Semaphore | None = None
 
@@ -122,20 +118,6 @@ class RequestGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        length = headers.get(b"content-length", b"")
-        multipart = headers.get(b"content-type", b"").startswith(b"multipart/")
-        limit = self.max_upload_bytes if multipart else self.max_request_bytes
-        if length.isdigit() and int(length) > limit:
-            REQUESTS_REJECTED.labels("too_large").inc()
-            response = render_error(
-                PayloadTooLarge(
-                    f"request body of {int(length)} bytes exceeds the {limit}-byte limit"
-                )
-            )
-            await response(scope, receive, send)
-            return
-
         status = 500
 
         async def send_and_note_status(message: Message) -> None:
@@ -174,8 +156,6 @@ def install_observability(app: FastAPI, settings: Settings) -> None:
 
     app.add_middleware(
         RequestGate,
-        max_request_bytes=settings.max_request_bytes,
-        max_upload_bytes=settings.max_upload_bytes,
         max_in_flight=settings.max_requests_in_flight,
     )
 

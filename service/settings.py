@@ -58,6 +58,12 @@ class Settings(BaseSettings):
         "key: share the file (a volume) or set RFT_SECRETS_KEY everywhere.",
     )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
+    reward_load_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Wall limit of loading reward code (its module-level code and imports): "
+        "code whose import never ends is refused (API) or fails the load (worker) after this.",
+    )
     reward_sample_timeout_s: float = Field(
         10.0, gt=0, description="Wall limit of one sample of a per-sample function (default)."
     )

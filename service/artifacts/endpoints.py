@@ -9,6 +9,7 @@ from service.artifacts.schemas import CheckpointList
 from service.artifacts.storage import artifact_store
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
+from service.parameters import CheckpointStep
 from service.settings import get_settings
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["artifacts"])
@@ -31,7 +32,7 @@ def list_checkpoints(session: SessionDep, tenant_id: CurrentTenant, job_id: str)
 
 @router.get("/checkpoints/{step}/adapter.tar.gz", response_class=FileResponse)
 def download_checkpoint(
-    session: SessionDep, tenant_id: CurrentTenant, job_id: str, step: int
+    session: SessionDep, tenant_id: CurrentTenant, job_id: str, step: CheckpointStep
 ) -> FileResponse:
     """The checkpoint's LoRA adapter as a PEFT directory (load with PeftModel.from_pretrained)."""
     uri = service.checkpoint_uri(session, tenant_id, job_id, step)

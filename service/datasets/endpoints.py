@@ -20,7 +20,7 @@ def upload_dataset(
     session: SessionDep,
     tenant_id: CurrentTenant,
     file: UploadFile,
-    name: Annotated[str | None, Form()] = None,
+    name: Annotated[str | None, Form(max_length=service.MAX_NAME_CHARS)] = None,
     format: Annotated[str | None, Form(description="jsonl, csv or parquet")] = None,
 ) -> Dataset:
     limit = get_settings().max_upload_bytes

@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from service.errors import InvalidDataset
+from service.json_input import UnacceptableJson, check_json_value, loads_strict
 
 FileFormat = Literal["jsonl", "csv", "parquet"]
 SUPPORTED_FORMATS: tuple[FileFormat, ...] = ("jsonl", "csv", "parquet")
@@ -71,6 +72,8 @@ def parse_dataset(content: bytes, file_format: FileFormat, *, max_rows: int) -> 
         raise InvalidDataset("the file holds no rows")
     if len(rows) > max_rows:
         raise InvalidDataset(f"the file holds {len(rows)} rows; the limit is {max_rows}")
+    if file_format != "jsonl":  # JSONL lines were checked as they were read
+        _check_storable(rows)
     columns = _columns(rows)
     if "prompt" not in columns:
         raise InvalidDataset(
@@ -79,6 +82,16 @@ def parse_dataset(content: bytes, file_format: FileFormat, *, max_rows: int) -> 
         )
     prompt_kind = _check_prompts(rows, file_format)
     return ParsedDataset(file_format, rows, columns, prompt_kind)
+
+
+def _check_storable(rows: list[dict[str, Any]]) -> None:
+    """NUL characters (CSV allows them, Parquet strings may hold them), non-finite numbers and
+    deep nesting cannot be stored as jsonb: refused, naming the row."""
+    for index, row in enumerate(rows):
+        try:
+            check_json_value(row, where=f"row {index + 1}")
+        except UnacceptableJson as exc:
+            raise InvalidDataset(str(exc)) from None
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -99,9 +112,11 @@ def _read_jsonl(content: bytes) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = loads_strict(line, where=f"line {line_number}")
         except json.JSONDecodeError as exc:
             raise InvalidDataset(f"line {line_number}: not valid JSON ({exc.msg})") from None
+        except UnacceptableJson as exc:
+            raise InvalidDataset(str(exc)) from None
         if not isinstance(value, dict):
             raise InvalidDataset(
                 f"line {line_number}: expected a JSON object, got {type(value).__name__}"
@@ -156,9 +171,9 @@ def _read_csv(content: bytes) -> list[dict[str, Any]]:
 
 def _maybe_chat_json(cell: str) -> Any:
     try:
-        value = json.loads(cell)
-    except json.JSONDecodeError:
-        return cell
+        value = loads_strict(cell)
+    except (json.JSONDecodeError, UnacceptableJson):
+        return cell  # kept as the text it is
     return value if isinstance(value, list) else cell
 
 

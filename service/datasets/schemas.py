@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Dataset(BaseModel):
@@ -21,4 +21,8 @@ class Dataset(BaseModel):
 
 
 class DatasetDetail(Dataset):
-    preview: list[dict[str, Any]]
+    preview: list[dict[str, Any]] = Field(
+        description="The first 5 rows, for a glance: strings longer than 1000 characters are "
+        "cut and end in '… [N more characters]'; lists and objects show their first 50 "
+        "entries, then '… [N more items]' (a list) or a '…' key (an object)."
+    )

@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass
 
 from service.errors import BadRequest
+from service.parameters import INT32_MAX, INT64_MAX
 
-_CURSOR = re.compile(r"^s(\d{1,10})\.e(\d{1,19})$")
+# ASCII digits: \d would also match other scripts' digits.
+_CURSOR = re.compile(r"^s([0-9]{1,10})\.e([0-9]{1,19})$")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,8 @@ class StreamCursor:
         if text is None or not text.strip():
             return cls()
         match = _CURSOR.match(text.strip())
-        if match is None:
+        # Past the columns' range (integer steps, bigint event ids) lies no cursor we sent.
+        if match is None or int(match[1]) > INT32_MAX or int(match[2]) > INT64_MAX:
             raise BadRequest(
                 f"invalid event stream cursor {text!r}: expected 's<step>.e<event id>', "
                 "as sent in the stream's 'id:' lines"

@@ -6,6 +6,8 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.jobs.schemas import (
+    FUNCTION_NAME,
+    MAX_REWARD_FUNCTIONS,
     RewardFunctionCreate,
     RewardFunctionSettings,
     check_reward_function_names,
@@ -56,7 +58,16 @@ class JobConfigUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reward_functions: Annotated[
-        dict[str, RewardFunctionUpdate], AfterValidator(check_reward_function_names)
+        dict[str, RewardFunctionUpdate],
+        AfterValidator(check_reward_function_names),
+        # The validator's rules, stated in the OpenAPI document.
+        Field(
+            json_schema_extra={
+                "minProperties": 1,
+                "maxProperties": MAX_REWARD_FUNCTIONS,
+                "propertyNames": {"pattern": FUNCTION_NAME.pattern},
+            }
+        ),
     ]
     temperature: float | None = Field(None, gt=0, le=5.0, description="null: keep the current.")
     top_p: float | None = Field(None, gt=0, le=1.0, description="null: keep the current.")

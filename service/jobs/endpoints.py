@@ -7,6 +7,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from service import models
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
+from service.errors import error_responses
 from service.jobs import service
 from service.jobs.schemas import (
     Completion,
@@ -17,13 +18,17 @@ from service.jobs.schemas import (
     RewardLog,
     Step,
 )
+from service.jobs.service import COMPLETION_CURSOR
 from service.jobs.status import JobStatus
 from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
+from service.parameters import AfterRowId, AfterStep, FunctionFilter, StepFilter
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=Job)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=Job, responses=error_responses(404)
+)
 def create_job(
     session: SessionDep,
     tenant_id: CurrentTenant,
@@ -52,18 +57,18 @@ def get_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
     return Job.model_validate(service.get_job(session, tenant_id, job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=Job)
+@router.post("/{job_id}/cancel", response_model=Job, responses=error_responses(409))
 def cancel_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
     return Job.model_validate(service.cancel_job(session, tenant_id, job_id))
 
 
-@router.post("/{job_id}/pause", response_model=Job)
+@router.post("/{job_id}/pause", response_model=Job, responses=error_responses(409))
 def pause_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
     """Checkpoint at the next step boundary and free the worker."""
     return Job.model_validate(service.pause_job(session, tenant_id, job_id))
 
 
-@router.post("/{job_id}/resume", response_model=Job)
+@router.post("/{job_id}/resume", response_model=Job, responses=error_responses(409))
 def resume_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
     """Continue a paused job from its checkpoint, on any worker."""
     return Job.model_validate(service.resume_job(session, tenant_id, job_id))
@@ -75,7 +80,7 @@ def list_steps(
     tenant_id: CurrentTenant,
     job_id: str,
     limit: PageLimit = 1000,
-    after_step: Annotated[int, Query(ge=0, description="Return steps after this one.")] = 0,
+    after_step: AfterStep = 0,
 ) -> Response:
     # Written straight from the rows: the same document as Page[Step], ~5x cheaper.
     page = service.steps_page_json(session, tenant_id, job_id, after_step=after_step, limit=limit)
@@ -87,10 +92,15 @@ def list_completions(
     session: SessionDep,
     tenant_id: CurrentTenant,
     job_id: str,
-    step: Annotated[int | None, Query(ge=1)] = None,
+    step: StepFilter = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
     after: Annotated[
-        str | None, Query(max_length=40, description="The next_cursor of the previous page.")
+        str | None,
+        Query(
+            max_length=40,
+            pattern=COMPLETION_CURSOR,
+            description="The next_cursor of the previous page ('<step>:<id>').",
+        ),
     ] = None,
 ) -> Page[Completion]:
     """Completions in (step, id) order; keyset pagination, as fast on the last page as the first."""
@@ -106,15 +116,10 @@ def list_events(
     tenant_id: CurrentTenant,
     job_id: str,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: AfterRowId = 0,
 ) -> Page[JobEvent]:
     events = service.list_events(session, tenant_id, job_id, after_id=after, limit=limit + 1)
     return paginate(events, limit, JobEvent, lambda item: item.id)
-
-
-FunctionFilter = Annotated[str | None, Query(description="A reward function's name.")]
-StepFilter = Annotated[int | None, Query(ge=1)]
-AfterCursor = Annotated[int, Query(ge=0, description="The next_cursor of the previous page.")]
 
 
 @router.get("/{job_id}/logs", response_model=Page[RewardLog])
@@ -125,7 +130,7 @@ def list_logs(
     step: StepFilter = None,
     function: FunctionFilter = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: AfterCursor = 0,
+    after: AfterRowId = 0,
 ) -> Page[RewardLog]:
     """Reward functions' print output (stdout and stderr), per step and function."""
     rows = service.list_function_records(
@@ -143,7 +148,7 @@ def list_reward_errors(
     step: StepFilter = None,
     function: FunctionFilter = None,
     limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: AfterCursor = 0,
+    after: AfterRowId = 0,
 ) -> Page[RewardErrorOut]:
     """Typed reward-function errors (exception, timeout, killed, invalid return, wrong length)."""
     rows = service.list_function_records(

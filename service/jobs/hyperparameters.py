@@ -196,7 +196,12 @@ class Hyperparameters(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") in PRESETS:
+        # isinstance first: `in` hashes the value, and a client may send an object (a 500).
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("preset"), str)
+            and data["preset"] in PRESETS
+        ):
             return {**PRESETS[data["preset"]], **data}
         return data
 

@@ -3,6 +3,7 @@ of work commits, and the training task is queued only after it has."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +26,7 @@ from service.models import (
     RewardFunctionVersion,
     new_id,
 )
+from service.parameters import INT32_MAX, INT64_MAX
 from service.reward_functions.service import (
     PREFLIGHT_ROWS,
     check_reward_functions,
@@ -180,13 +182,21 @@ def steps_page_json(
     return step_json.steps_page_json(rows, limit)
 
 
+# ASCII digits only: str.isdigit() also accepts '²', which int() then refuses.
+COMPLETION_CURSOR = r"^(0|[0-9]{1,10}:[0-9]{1,19})?$"
+
+
 def parse_completion_cursor(cursor: str | None) -> tuple[int, int] | None:
     """``"<step>:<id>"`` as next_cursor gives it; empty or "0" is the first page."""
     if not cursor or cursor == "0":
         return None
+    invalid = BadRequest(f"invalid cursor {cursor!r}: pass a page's next_cursor as 'after'")
+    if re.fullmatch(COMPLETION_CURSOR, cursor) is None:
+        raise invalid
     step, _, completion_id = cursor.partition(":")
-    if not (step.isdigit() and completion_id.isdigit()):
-        raise BadRequest(f"invalid cursor {cursor!r}: pass a page's next_cursor as 'after'")
+    # Past the columns' range (integer step, bigint id) no cursor we issued can lie.
+    if int(step) > INT32_MAX or int(completion_id) > INT64_MAX:
+        raise invalid
     return int(step), int(completion_id)
 
 

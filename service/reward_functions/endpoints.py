@@ -4,13 +4,14 @@ from fastapi import APIRouter
 
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
+from service.errors import error_responses
 from service.reward_functions import service
 from service.reward_functions.schemas import RewardFunctionTest, RewardFunctionTestResult
 
 router = APIRouter(prefix="/v1/reward-functions", tags=["reward functions"])
 
 
-@router.post("/test", response_model=RewardFunctionTestResult)
+@router.post("/test", response_model=RewardFunctionTestResult, responses=error_responses(404))
 def test_reward_functions(
     session: SessionDep, tenant_id: CurrentTenant, request: RewardFunctionTest
 ) -> RewardFunctionTestResult:

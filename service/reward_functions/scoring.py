@@ -24,6 +24,7 @@ def sandbox_settings(
         env=dict(secrets),
         memory_limit_mb=settings.reward_memory_limit_mb,
         call_timeout_s=settings.reward_call_timeout_s,
+        load_timeout_s=settings.reward_load_timeout_s,
         sample_timeout_s=settings.reward_sample_timeout_s,
         uid_range_first=settings.sandbox_uid_first,
         uid_range_count=settings.sandbox_uid_count,
