@@ -615,7 +615,8 @@ const COLLAPSED_KINDS = new Set(["checkpoint"]);
 class ChartsPanel {
   constructor(page) {
     this.page = page;
-    const saved = JSON.parse(localStorage.getItem(SMOOTHING_STORAGE) || "null") || {};
+    let saved = {};
+    try { saved = JSON.parse(localStorage.getItem(SMOOTHING_STORAGE) || "{}") || {}; } catch { /* reset */ }
     this.smoothOn = Boolean(saved.on);
     this.smoothWeight = Number.isFinite(saved.weight) ? saved.weight : 0.6;
     this.tiles = el("div", { class: "tiles" });
