@@ -105,6 +105,7 @@ def test_a_config_update_applies_at_the_next_step(vllm_client: httpx.Client) -> 
     updated = vllm_client.put(
         f"/v1/jobs/{job_id}/config",
         json={"reward_functions": {"score": {"source": constant("score", 5.0)}}},
+        headers={"If-Match": '"1"'},
     )
     assert updated.status_code == 200, updated.text
     applied = wait_until(vllm_client, job_id, lambda j: j["applied_config_version"] == 2)
