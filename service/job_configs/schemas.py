@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.jobs.schemas import (
     FUNCTION_NAME,
     MAX_REWARD_FUNCTIONS,
     RewardFunctionCreate,
     RewardFunctionSettings,
+    RewardModule,
     check_reward_function_names,
+    with_module_functions,
 )
 from service.secrets import check_secret_changes
 
@@ -77,6 +79,17 @@ class JobConfigUpdate(BaseModel):
         "of this version: a value sets or replaces a secret, null removes it, names not "
         "given keep their values. Write-only, encrypted at rest like the job's own.",
     )
+    reward_module: RewardModule | None = Field(
+        None,
+        description="A whole module and which of its functions are rewards, beside or instead "
+        "of reward_functions: each is stored with the module-level code it uses.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _add_module_functions(cls, data: Any) -> Any:
+        return with_module_functions(data)
+
     # Read-only fields of JobConfig, so that GET -> edit -> PUT works.
     job_id: str | None = Field(None, description="Read-only: must be this job's id.")
     version: int | None = Field(None, description="Read-only: ignored; send it as If-Match.")

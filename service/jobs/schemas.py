@@ -121,13 +121,14 @@ class RewardModule(BaseModel):
         min_length=1, description="Reward name -> weight and settings; the name is the def's."
     )
 
-    def reward_functions(self) -> dict[str, RewardFunctionCreate]:
+    def function_entries(self) -> dict[str, dict[str, Any]]:
+        """The module's rewards as reward_functions entries: the module and the def to run."""
         return {
-            name: RewardFunctionCreate(
-                source=self.source,
-                function=entry.function or name,
-                **entry.model_dump(exclude={"function"}),
-            )
+            name: {
+                "source": self.source,
+                "function": entry.function or name,
+                **entry.model_dump(exclude={"function"}, exclude_defaults=True),
+            }
             for name, entry in self.functions.items()
         }
 
@@ -156,15 +157,9 @@ RewardFunctions = Annotated[
 class RewardFunctionsInput(BaseModel):
     """Reward functions one by one, from a module, or both (names must not repeat)."""
 
-    # Checked by the validator below once the module's functions are added: with a module,
-    # reward_functions may be empty.
-    reward_functions: dict[str, RewardFunctionCreate] = Field(
-        default_factory=dict,
-        description="Functions by name, each with its own source.",
-        json_schema_extra={
-            "maxProperties": MAX_REWARD_FUNCTIONS,
-            "propertyNames": {"pattern": FUNCTION_NAME.pattern},
-        },
+    reward_functions: RewardFunctions = Field(
+        description="Functions by name, each with its own source (may be left out, or empty, "
+        "when reward_module names the functions)."
     )
     reward_module: RewardModule | None = Field(
         None,
@@ -172,20 +167,28 @@ class RewardFunctionsInput(BaseModel):
         "stored as its own function with the module-level code it uses.",
     )
 
-    @model_validator(mode="after")
-    def _add_module_functions(self) -> RewardFunctionsInput:
-        functions = dict(self.reward_functions)
-        if self.reward_module is not None:
-            from_module = self.reward_module.reward_functions()
-            both = sorted(set(functions) & set(from_module))
-            if both:
-                raise ValueError(
-                    f"reward function {both[0]!r} is given in reward_functions and in "
-                    "reward_module; give it once"
-                )
-            functions.update(from_module)
-        self.reward_functions = check_reward_function_names(functions)
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _add_module_functions(cls, data: Any) -> Any:
+        return with_module_functions(data)
+
+
+def with_module_functions(data: Any) -> Any:
+    """A request body with its reward_module's functions added to its reward_functions, as
+    ``{"source": <the module>, "function": <the def>, ...}`` entries, before validation."""
+    if not isinstance(data, dict) or data.get("reward_module") is None:
+        return data
+    module = RewardModule.model_validate(data["reward_module"])
+    functions = data.get("reward_functions") or {}
+    if not isinstance(functions, dict):
+        return data  # the field's own validation words the error
+    both = sorted(set(functions) & set(module.functions))
+    if both:
+        raise ValueError(
+            f"reward function {both[0]!r} is given in reward_functions and in reward_module; "
+            "give it once"
+        )
+    return {**data, "reward_functions": {**functions, **module.function_entries()}}
 
 
 class JobCreate(RewardFunctionsInput):

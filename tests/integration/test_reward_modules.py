@@ -145,6 +145,18 @@ def test_a_tutorial_reward_module_trains_and_a_helper_change_versions_its_users(
     logs = client.get(f"/v1/jobs/{job_id}/logs", params={"function": "correctness_reward_func"})
     assert "Question:" in logs.json()["data"][0]["output"]
 
+    # A dry run takes the module form too: the last step re-scored with the module's rewards.
+    dry_run = client.put(
+        f"/v1/jobs/{job_id}/config",
+        params={"dry_run": "true"},
+        json={"reward_module": {"source": TUTORIAL, "functions": REWARDS}},
+    )
+    assert dry_run.status_code == 200, dry_run.text
+    assert dry_run.json()["step"] == 4 and not dry_run.json()["errors"]
+    rescored = dry_run.json()["completions"]
+    assert len(rescored) == TINY_HYPERPARAMETERS["prompts_per_step"] * 8
+    assert all(set(c["new_scores"]) == set(REWARDS) for c in rescored)
+
 
 def test_reward_module_names_must_not_repeat(client: httpx.Client) -> None:
     dataset_id = upload_jsonl(client, chat_rows())
