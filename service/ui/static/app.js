@@ -940,7 +940,7 @@ class CompletionsPanel {
           formatNumber(c.advantage, digits)),
         el("td", { class: "nowrap" }, choose("a"), choose("b")));
     });
-    const scoreWidth = many ? 54 : 88;
+    const scoreWidth = many ? 54 : 100;
     return el("div", { class: "card group" },
       el("h3", null, title),
       showPrompt ? el("pre", { class: "text prompt" }, promptText(group[0].prompt)) : null,
