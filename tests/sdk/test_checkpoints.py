@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,18 @@ def test_archive_names_come_from_the_server_but_stay_plain() -> None:
     assert archive_name('attachment; filename="../../etc.tar.gz"', "fallback") == "etc"
     assert archive_name('attachment; filename="a b;c"', "fallback") == "fallback"
     assert archive_name(None, "fallback") == "fallback"
+
+
+def test_an_archive_is_written_to_disk_as_it_arrives(tmp_path: Path) -> None:
+    packed = _archive({"adapter/adapter_model.safetensors": os.urandom(1 << 20)})
+    chunk = len(packed) // 4
+
+    def body() -> Iterator[bytes]:
+        for start in range(0, len(packed), chunk):
+            # What came before this chunk is already on disk, not held in memory.
+            parts = list(tmp_path.glob(".adapter.*.part"))
+            assert len(parts) == 1 and parts[0].stat().st_size >= start - 8192
+            yield packed[start : start + chunk]
+
+    archive = save_archive(body(), tmp_path, "adapter", extract=False)
+    assert archive.read_bytes() == packed and list(tmp_path.iterdir()) == [archive]
