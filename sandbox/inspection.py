@@ -54,13 +54,7 @@ def find_reward_entry_point(name: str, source: str) -> RewardEntryPoint:
     - BATCH when it takes ``**kwargs`` and cannot be called that way;
     - anything else is a RewardCodeError that names the two accepted signatures.
     """
-    try:
-        tree = ast.parse(source, filename=f"<reward {name}>")
-    except SyntaxError as error:
-        where = f"line {error.lineno}: " if error.lineno is not None else ""
-        raise RewardCodeError(name, f"syntax error at {where}{error.msg}") from None
-    except ValueError as error:  # e.g. null bytes in the source
-        raise RewardCodeError(name, f"cannot parse the source: {error}") from None
+    tree = parse_reward_code(name, source, filename=f"<reward {name}>", what="the source")
 
     definitions = [
         node for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -74,6 +68,25 @@ def find_reward_entry_point(name: str, source: str) -> RewardEntryPoint:
 
     form = _decide_form(name, chosen)
     return RewardEntryPoint(function_name=chosen.name, form=form, line=chosen.lineno)
+
+
+def parse_reward_code(name: str, source: str, *, filename: str, what: str) -> ast.Module:
+    """``ast.parse``, with every way it refuses source as a RewardCodeError naming `name`;
+    `what` says what was parsed ("the source", "the module")."""
+    try:
+        return ast.parse(source, filename=filename)
+    except SyntaxError as error:
+        where = f"line {error.lineno}: " if error.lineno is not None else ""
+        context = "" if what == "the source" else f" in {what}"
+        raise RewardCodeError(name, f"syntax error{context} at {where}{error.msg}") from None
+    except ValueError as error:  # e.g. null bytes in the source
+        raise RewardCodeError(name, f"cannot parse {what}: {error}") from None
+    except (RecursionError, MemoryError):
+        # How CPython's parser gives up on expressions nested past its stack (a 200 kB
+        # source of unary minuses or chained attributes): not our memory running out.
+        raise RewardCodeError(
+            name, f"cannot parse {what}: its expressions are nested too deeply"
+        ) from None
 
 
 def _decide_form(name: str, function: ast.FunctionDef | ast.AsyncFunctionDef) -> RewardForm:

@@ -17,6 +17,7 @@ import ast
 import symtable
 
 from sandbox.api import RewardCodeError
+from sandbox.inspection import parse_reward_code
 
 
 def extract_reward_function(name: str, module_source: str, function_name: str) -> str:
@@ -25,13 +26,9 @@ def extract_reward_function(name: str, module_source: str, function_name: str) -
     `name` is the reward's name, for error messages. Raises RewardCodeError when the module
     does not parse or has no top-level function `function_name`.
     """
-    try:
-        tree = ast.parse(module_source, filename=f"<reward module {name}>")
-    except SyntaxError as error:
-        where = f"line {error.lineno}: " if error.lineno is not None else ""
-        raise RewardCodeError(name, f"syntax error in the module at {where}{error.msg}") from None
-    except ValueError as error:
-        raise RewardCodeError(name, f"cannot parse the module: {error}") from None
+    tree = parse_reward_code(
+        name, module_source, filename=f"<reward module {name}>", what="the module"
+    )
     statements = tree.body
     entries = [
         index

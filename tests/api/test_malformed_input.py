@@ -265,3 +265,22 @@ def test_a_long_file_name_is_fine_with_a_name(client: httpx.Client) -> None:
     )
     assert response.status_code == 201, response.text
     assert response.json()["name"] == "short"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"reward_functions": {"f": {"source": "-" * 100_000 + "1"}}},
+        {"reward_functions": {"f": {"source": "x" + ".y" * 90_000}}},
+        {"reward_module": {"source": "-" * 100_000 + "1", "functions": {"f": {}}}},
+    ],
+)
+def test_reward_code_nested_past_the_parser_is_400(client: httpx.Client, body: dict) -> None:
+    # CPython's parser gives up on these with RecursionError or MemoryError.
+    response = client.post(
+        "/v1/reward-functions/test",
+        json={**body, "samples": [{"prompt": "p", "completion": "c"}]},
+    )
+    # A module is split into functions while the body is validated: a 422 there.
+    assert response.status_code in (400, 422), response.text[:300]
+    assert "its expressions are nested too deeply" in response.text
