@@ -3,6 +3,7 @@ reads it, and with no token configured it is off."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +19,18 @@ METRICS_TOKEN = "scrape-token-4b1d9e"
 @pytest.fixture(scope="module")
 def api_with_metrics_token(stack: LocalStack) -> Iterator[LocalStack]:
     """A second API process on the same servers, started with RFT_METRICS_TOKEN."""
-    with LocalStack(
-        Path(tempfile.mkdtemp(prefix="rft-metrics-")),
-        database_url=stack.database_url,
-        redis_url=stack.redis_url,
-        workers=0,
-        extra_env={"RFT_METRICS_TOKEN": METRICS_TOKEN},
-    ) as api:
-        yield api
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-metrics-"))
+    try:
+        with LocalStack(
+            state_dir,
+            database_url=stack.database_url,
+            redis_url=stack.redis_url,
+            workers=0,
+            extra_env={"RFT_METRICS_TOKEN": METRICS_TOKEN},
+        ) as api:
+            yield api
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_metrics_are_off_without_a_token(client: httpx.Client) -> None:
