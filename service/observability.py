@@ -170,7 +170,8 @@ def check_metrics_token(token: SecretStr | None, authorization: str | None) -> N
 
     Tenant API keys are not accepted: a tenant must not learn of other tenants' activity.
     """
-    if token is None:
+    # An empty token (RFT_METRICS_TOKEN= in a compose file) must not match an empty bearer.
+    if token is None or not token.get_secret_value():
         raise Forbidden(
             "metrics are off: set RFT_METRICS_TOKEN on the server and scrape /metrics with "
             "'Authorization: Bearer <token>'"
