@@ -15,6 +15,7 @@ import os
 import platform
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -271,9 +272,11 @@ def test_refused_syscalls_fail_with_eperm_from_the_filter(unfiltered: dict[str, 
 
 
 @needs_bwrap
-def test_threads_subprocess_asyncio_and_sockets_still_work() -> None:
+def test_threads_subprocess_asyncio_sockets_and_numpy_still_work() -> None:
+    numpy = pytest.importorskip("numpy")
     source = """
-    import asyncio, concurrent.futures, os, socket, subprocess, threading
+    import asyncio, concurrent.futures, os, socket, subprocess
+    import numpy
 
     def everyday(prompt, completion, example):
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -289,10 +292,19 @@ def test_threads_subprocess_asyncio_and_sockets_still_work() -> None:
         if pid == 0:
             os._exit(7)
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        matrix = numpy.ones((256, 256))
+        product = float((matrix @ matrix)[0, 0])  # BLAS, with its own threads
         ok = (squares == 285, echoed == b"hi\\n", asyncio.run(pair()) == 1, received == b"x")
-        return float(all(ok) and status == 7)
+        return float(all(ok) and status == 7 and product == 256.0)
     """
-    settings = SandboxSettings(isolation="bwrap", call_timeout_s=60)
+    # The job's packages are bound read-only; the test borrows the directory numpy lives in.
+    packages = Path(numpy.__file__).parents[1]
+    settings = SandboxSettings(
+        isolation="bwrap",
+        call_timeout_s=60,
+        extra_python_paths=[packages],
+        env={"OPENBLAS_NUM_THREADS": "4", "OMP_NUM_THREADS": "4"},
+    )
     with ProcessSandbox(settings) as sandbox:
         sandbox.load([RewardFunctionSpec(name="everyday", source=textwrap.dedent(source))])
         batch = ScoringBatch(prompts=["p"], completions=["c"], examples=[{}])
