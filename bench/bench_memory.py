@@ -37,14 +37,37 @@ MICRO_BATCH = 8
 NUM_GENERATIONS = 8
 
 
-def build_mid_model(directory: Path) -> Path:
-    """The mid-size model, built once into ``directory`` (reused when already there)."""
+def build_random_qwen2(directory: Path, shape: dict[str, Any]) -> Path:
+    """A random Qwen2 of ``shape`` with the tiny model's tokenizer, built once into
+    ``directory`` (reused when already there)."""
     from workers.training.tiny_model import build_tokenizer, save_qwen2
 
     if not (directory / "config.json").is_file():
         directory.mkdir(parents=True, exist_ok=True)
-        save_qwen2(directory, build_tokenizer(directory), **MID_MODEL)
+        save_qwen2(directory, build_tokenizer(directory), **shape)
     return directory
+
+
+class KeptSteps:
+    """A training observer that keeps every step's record and never stops or reconfigures."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []  # workers.training.records.StepRecord
+
+    def on_step(self, record: Any) -> None:
+        self.records.append(record)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        pass
+
+    def on_config_rejected(self, version: int, message: str) -> None:
+        pass
+
+    def should_stop(self) -> str | None:
+        return None
+
+    def poll_reward_config(self, current_version: int, starting_step: int) -> None:
+        return None
 
 
 def run_configuration(args: argparse.Namespace) -> None:
@@ -56,30 +79,9 @@ def run_configuration(args: argparse.Namespace) -> None:
     from service.demo import demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
     from workers.training.grpo import TrainingSpec, run_grpo
-    from workers.training.records import RewardConfig, StepRecord
+    from workers.training.records import RewardConfig
 
     torch.set_num_threads(1)
-
-    class Steps:
-        def __init__(self) -> None:
-            self.records: list[StepRecord] = []
-
-        def on_step(self, record: StepRecord) -> None:
-            self.records.append(record)
-
-        def on_checkpoint(self, step: int, path: Path) -> None:
-            pass
-
-        def on_config_rejected(self, version: int, message: str) -> None:
-            pass
-
-        def should_stop(self) -> str | None:
-            return None
-
-        def poll_reward_config(
-            self, current_version: int, starting_step: int
-        ) -> RewardConfig | None:
-            return None
 
     hyperparameters = Hyperparameters(
         train_steps=args.steps,
@@ -92,7 +94,7 @@ def run_configuration(args: argparse.Namespace) -> None:
         checkpoint_every=100_000,
         seed=0,
     )
-    observer = Steps()
+    observer = KeptSteps()
     sandbox = create_sandbox(SandboxSettings(isolation="none"))
     with tempfile.TemporaryDirectory() as output:
         spec = TrainingSpec(
@@ -164,7 +166,7 @@ def main() -> None:
         run_configuration(args)
         return
 
-    model = build_mid_model(Path(tempfile.gettempdir()) / "rft-bench-mid-qwen2")
+    model = build_random_qwen2(Path(tempfile.gettempdir()) / "rft-bench-mid-qwen2", MID_MODEL)
     parameters = _parameter_count(model)
     print(
         f"model: Qwen2, {parameters / 1e6:.1f}M parameters, random weights; "
