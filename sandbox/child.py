@@ -50,8 +50,10 @@ import time
 import traceback
 import types
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 FRAME_HEADER = struct.Struct(">I")
 # A reply holds at most a batch of scores, bounded logs and tracebacks; anything bigger is a
@@ -541,6 +543,10 @@ class RewardRunner:
         return index
 
     def _sample_pool(self) -> ThreadPoolExecutor:
+        # Imported on first use: it pulls in logging, ~6 ms of every process start, and
+        # cheap functions never need a pool.
+        from concurrent.futures import ThreadPoolExecutor
+
         if self._pool is None:
             threading.stack_size(SAMPLE_THREAD_STACK_BYTES)
             self._pool = ThreadPoolExecutor(self.sample_threads, thread_name_prefix="sample")
@@ -558,6 +564,8 @@ class RewardRunner:
         """Score samples first.. on up to max_concurrency pool threads. A sample over its limit
         loses its score; its thread cannot be interrupted, so it is left behind and the
         process is replaced after this call (see _has_stray_threads)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = loaded.sample_timeout_s
@@ -714,11 +722,13 @@ class RewardRunner:
         arguments = _batch_arguments(batch)
         if loaded.keywords is not None:
             arguments = {key: value for key, value in arguments.items() if key in loaded.keywords}
+        if loaded.rate_limiter is not None:
+            time.sleep(min(loaded.rate_limiter.reserve(), max(deadline - time.monotonic(), 0)))
         try:
             if loaded.is_async:
                 values = self._run_on_loop(loaded.function(**arguments), deadline)
             else:
-                self._arm(timeout_s)
+                self._arm(deadline - time.monotonic())
                 try:
                     values = loaded.function(**arguments)
                 finally:

@@ -17,7 +17,6 @@ out of time loses only its own score.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import random
@@ -84,7 +83,7 @@ def retry(
                     except on as error:
                         if attempt == attempts:
                             raise
-                        await asyncio.sleep(retry_delay(error, attempt, base_delay_s, max_delay_s))
+                        await _sleep_async(retry_delay(error, attempt, base_delay_s, max_delay_s))
                 raise AssertionError("unreachable")
 
             return call_async  # type: ignore[return-value]
@@ -127,7 +126,15 @@ class RateLimiter:
         time.sleep(self.reserve())
 
     async def wait_async(self) -> None:
-        await asyncio.sleep(self.reserve())
+        await _sleep_async(self.reserve())
+
+
+async def _sleep_async(seconds: float) -> None:
+    # Imported on first use: every sandbox process loads this module at start, and importing
+    # asyncio costs ~30 ms, paid by each start of a job that never awaits.
+    import asyncio
+
+    await asyncio.sleep(seconds)
 
 
 _shared_limiters: dict[str, RateLimiter] = {}

@@ -1154,6 +1154,12 @@ function functionChanges(from, to) {
       if (before.weight !== after.weight) {
         notes.push(`weight ${formatWeight(before.weight)} → ${formatWeight(after.weight)}`);
       }
+      // How the function runs (concurrency, limits) changes without a new code version.
+      for (const key of ["max_concurrency", "sample_timeout_s", "rate_limit_per_s"]) {
+        if ((before[key] ?? null) !== (after[key] ?? null)) {
+          notes.push(`${key} ${before[key] ?? "default"} → ${after[key] ?? "default"}`);
+        }
+      }
     }
     const codeChanged = !before || !after || before.version !== after.version;
     return { name, before, after, notes, codeChanged };
