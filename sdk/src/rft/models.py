@@ -118,6 +118,21 @@ class Hyperparameters(BaseModel):
         None, ge=1, description="See reward_error_rate_limit."
     )
     checkpoint_every: int | None = Field(None, ge=1, description="Save the adapter every N steps.")
+    no_signal_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="A step has no signal when this share of its groups got equal rewards.",
+    )
+    warning_patience: int | None = Field(
+        None, ge=1, description="Consecutive steps a warning's condition must hold."
+    )
+    fail_on_no_signal: bool | None = Field(
+        None, description="Fail, instead of warning, when the whole run learned from nothing."
+    )
+    report_to: list[Literal["wandb", "mlflow", "tensorboard", "trackio"]] | None = Field(
+        None, description="Experiment trackers the worker also reports to (TRL's report_to)."
+    )
 
 
 class Job(BaseModel):
@@ -134,6 +149,8 @@ class Job(BaseModel):
     allow_network: bool
     runtime_packages: list[str] = Field(default_factory=list)
     secret_names: list[str] = Field(default_factory=list)
+    # What the run warned about: {"kind", "step", "message", ...}; also 'warning' events.
+    warnings: list[dict[str, Any]] = Field(default_factory=list)
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -162,6 +179,8 @@ class Step(BaseModel):
     kl: float | None
     learning_rate: float | None
     duration_s: float
+    # Share of the step's groups whose completions all got the same reward (no signal).
+    frac_reward_zero_std: float | None = None
     reward_functions: dict[str, FunctionStepMetrics]
     created_at: datetime
 
@@ -382,8 +401,10 @@ class JobConfig(BaseModel):
 class ConfigUpdate(BaseModel):
     version: int
     applies_from_step: int = Field(
-        description="The next step to start; the worker applies the newest version there."
+        description="The first step that will use this version (the step after the one the "
+        "worker has begun)."
     )
+    secrets_changed: bool = Field(False, description="Whether this update rotated secrets.")
     changed_functions: list[str] = Field(default_factory=list)
     added_functions: list[str] = Field(default_factory=list)
     removed_functions: list[str] = Field(default_factory=list)

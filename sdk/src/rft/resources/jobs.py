@@ -99,7 +99,12 @@ def _config_from_response(response: httpx.Response) -> JobConfig:
 
 
 def _update_config_request(
-    job_id: str, config: JobConfig | Mapping[str, Any], *, dry_run: bool, check_version: bool
+    job_id: str,
+    config: JobConfig | Mapping[str, Any],
+    *,
+    dry_run: bool,
+    check_version: bool,
+    secrets: Mapping[str, str | None] | None,
 ) -> RequestOptions:
     if not isinstance(config, JobConfig):
         config = JobConfig.model_validate(config)
@@ -116,7 +121,7 @@ def _update_config_request(
         "PUT",
         f"/v1/jobs/{job_id}/config",
         params={"dry_run": "true"} if dry_run else None,
-        json=config.to_update_request(),
+        json={**config.to_update_request(), **({"secrets": dict(secrets)} if secrets else {})},
         headers=headers,
     )
 
@@ -419,6 +424,7 @@ class Jobs:
         *,
         dry_run: Literal[False] = False,
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> ConfigUpdate: ...
 
     @overload
@@ -430,6 +436,7 @@ class Jobs:
         *,
         dry_run: Literal[True],
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> DryRunResult: ...
 
     def update_config(
@@ -440,6 +447,7 @@ class Jobs:
         *,
         dry_run: bool = False,
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> ConfigUpdate | DryRunResult:
         """Change reward functions, weights or sampling of a running job.
 
@@ -449,9 +457,13 @@ class Jobs:
         version raises PreconditionRequiredError. ``check_version=False`` replaces whatever
         version is current (If-Match: *). ``dry_run=True`` rescores the last recorded step with
         the new functions and changes nothing.
+
+        ``secrets`` rotates the job's secrets from the same step: a value sets or replaces
+        one, ``None`` removes it, names not given keep their values (never returned: the
+        result's config lists ``secret_names``).
         """
         options = _update_config_request(
-            job_id, config, dry_run=dry_run, check_version=check_version
+            job_id, config, dry_run=dry_run, check_version=check_version, secrets=secrets
         )
         return _update_result(self._transport.request(options), dry_run)
 
@@ -717,6 +729,7 @@ class AsyncJobs:
         *,
         dry_run: Literal[False] = False,
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> ConfigUpdate: ...
 
     @overload
@@ -728,6 +741,7 @@ class AsyncJobs:
         *,
         dry_run: Literal[True],
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> DryRunResult: ...
 
     async def update_config(
@@ -738,9 +752,10 @@ class AsyncJobs:
         *,
         dry_run: bool = False,
         check_version: bool = True,
+        secrets: Mapping[str, str | None] | None = None,
     ) -> ConfigUpdate | DryRunResult:
         options = _update_config_request(
-            job_id, config, dry_run=dry_run, check_version=check_version
+            job_id, config, dry_run=dry_run, check_version=check_version, secrets=secrets
         )
         return _update_result(await self._transport.request(options), dry_run)
 
