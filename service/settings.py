@@ -64,6 +64,13 @@ class Settings(BaseSettings):
         description="Wall limit of loading reward code (its module-level code and imports): "
         "code whose import never ends is refused (API) or fails the load (worker) after this.",
     )
+    reward_preflight_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Wall limit of each reward function on the pre-flight samples (job "
+        "creation, config updates), which run inside the request: a function that scores none "
+        "of them in this time is refused.",
+    )
     reward_sample_timeout_s: float = Field(
         10.0, gt=0, description="Wall limit of one sample of a per-sample function (default)."
     )

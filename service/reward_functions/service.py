@@ -22,6 +22,7 @@ from service.reward_functions.schemas import (
 )
 from service.reward_functions.scoring import score_once
 from service.reward_functions.totals import weighted_total
+from service.settings import Settings, get_settings
 
 # Pre-flight completions: an empty one (a real model produces those) and an ordinary one.
 PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")
@@ -54,6 +55,7 @@ def _run(
     *,
     allow_network: bool,
     secrets: dict[str, str],
+    settings: Settings | None = None,
 ) -> dict[str, FunctionResult]:
     """Score in a sandbox functions that passed check_reward_functions (its errors are
     cheaper and clearer than a load failure)."""
@@ -65,6 +67,7 @@ def _run(
             [{"prompt": s.prompt, **s.example} for s in samples],
             allow_network=allow_network,
             secrets=secrets,
+            settings=settings,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None
@@ -154,7 +157,12 @@ def preflight(
         for row in rows[:PREFLIGHT_ROWS]
         for completion in PREFLIGHT_COMPLETIONS
     ]
-    results = _run(functions, samples, allow_network=allow_network, secrets=secrets)
+    # The request waits for this (holding an API slot and a database connection): a function
+    # that never returns is judged at the pre-flight limit, not at the 30 s call limit.
+    settings = get_settings()
+    deadline = min(settings.reward_call_timeout_s, settings.reward_preflight_timeout_s)
+    quick = settings.model_copy(update={"reward_call_timeout_s": deadline})
+    results = _run(functions, samples, allow_network=allow_network, secrets=secrets, settings=quick)
     for name, result in results.items():
         if result.errors and result.failed_samples == len(samples):
             first = result.errors[0]

@@ -175,3 +175,30 @@ def test_the_dataset_preview_is_bounded(client: httpx.Client) -> None:
     assert first["items"] == [*range(50), "… [9950 more items]"]
     assert len(first["wide"]) == 51 and first["wide"]["…"] == "[950 more keys]"
     assert second == {"prompt": "small"}
+
+
+def test_a_function_that_never_returns_is_refused_at_the_preflight_limit(
+    client: httpx.Client,
+) -> None:
+    """Pre-flight runs inside the create request: a function that scores no sample is
+    judged at RFT_REWARD_PREFLIGHT_TIMEOUT_S, not at the 30 s call limit."""
+    rows = b'{"prompt": "p"}\n'
+    dataset = client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()
+    response = client.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": dataset["id"],
+            "reward_functions": {
+                "f": {
+                    "source": "def f(prompt, completion, example):\n    while True:\n        pass\n"
+                }
+            },
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
+        },
+    )
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert "failed on every pre-flight sample" in detail and "timeout" in detail
+    limit = get_settings().reward_preflight_timeout_s
+    assert limit < get_settings().reward_call_timeout_s
+    assert f"{limit:g} s" in detail
