@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from service.auth.service import authenticate, revoke_api_key
 from service.db import session_scope
-from service.jobs.service import cancel_job
+from service.jobs.service import cancel_job, get_job, transition
+from service.jobs.status import JobStatus
 from service.models import Checkpoint
 from service.stack import LocalStack
 from tests.conftest import new_tenant_key, tenant_client
@@ -100,3 +101,31 @@ def test_an_open_event_stream_ends_when_its_key_is_revoked(stack: LocalStack) ->
         finally:
             with session_scope() as session:
                 cancel_job(session, caller.tenant_id, job["id"])
+
+
+def test_a_failure_reason_quoting_a_server_folder_names_it_by_role(
+    stack: LocalStack, client: httpx.Client
+) -> None:
+    """Every status change with a reason goes through transition(), which the worker's
+    failure reasons (exception messages) take: what it stores names no server folder."""
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcd"])
+    job = create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"score": {"source": SCORE}},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1000},
+        },
+    )
+    model_file = stack.state_dir / "models" / "rft-tiny" / "config.json"
+    reason = f"OSError: [Errno 28] No space left on device: '{model_file}'"
+    caller_key = client.headers["Authorization"].removeprefix("Bearer ")
+    with session_scope() as session:
+        row = get_job(
+            session, authenticate(session, caller_key).tenant_id, job["id"], for_update=True
+        )
+        transition(session, row, JobStatus.CANCELLED, reason=reason)
+    shown = wait_for(client, job["id"])["failure_reason"]
+    assert shown == "OSError: [Errno 28] No space left on device: '<models>/rft-tiny/config.json'"
+    events = all_pages(client, f"/v1/jobs/{job['id']}/events/history")
+    assert any(e["message"] == f"job cancelled: {shown}" for e in events)
