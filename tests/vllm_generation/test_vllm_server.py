@@ -1,0 +1,107 @@
+"""Server mode: the worker trains against a `trl vllm-serve` on a GPU of its own.
+
+Runs only with CUDA: TRL sends each step's weights to the server over NCCL, which has no CPU
+transport (on CPU the job is refused at start; see tests/unit/test_generation.py). NCCL also
+refuses two ranks on one GPU, so the server needs a second GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from service.demo import demo_dataset
+from service.embedded import free_port
+from service.jobs.hyperparameters import Hyperparameters
+from tests.tiny import TINY_HYPERPARAMETERS
+from tests.training.harness import RecordingObserver, letter_config, reward_sandbox
+from tests.vllm_generation.conftest import MODEL_CACHE_DIR
+from tests.vllm_generation.test_vllm_training import LOGP_GAP, SYNCED_GAP_BOUND
+from workers.training.generation import Generation, VllmServer
+from workers.training.grpo import TrainingSpec, run_grpo
+from workers.training.tiny_model import ensure_tiny_model
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="vLLM server mode needs CUDA: TRL syncs weights to the server over NCCL, "
+        "which cannot run on CPU",
+    ),
+    pytest.mark.skipif(
+        torch.cuda.device_count() < 2,
+        reason="vLLM server mode needs two GPUs: NCCL refuses a server and a trainer on one",
+    ),
+]
+
+SERVER_START_TIMEOUT_S = 600
+
+
+@pytest.fixture
+def vllm_server(tmp_path: Path) -> Iterator[VllmServer]:
+    """`trl vllm-serve` with the tiny model on the last GPU; the trainer keeps GPU 0."""
+    model_dir = ensure_tiny_model(MODEL_CACHE_DIR)
+    port = free_port()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(torch.cuda.device_count() - 1)}
+    log = open(tmp_path / "vllm-serve.log", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("trl")), "vllm-serve",
+            "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+            "--gpu_memory_utilization", "0.3", "--max_model_len", "512",
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            assert server.poll() is None, (tmp_path / "vllm-serve.log").read_text()[-4000:]
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "trl vllm-serve did not start"
+            time.sleep(1)
+        yield VllmServer(host="127.0.0.1", port=port, group_port=free_port(), timeout_s=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+        log.close()
+
+
+def test_a_run_trains_against_a_vllm_server(tmp_path: Path, vllm_server: VllmServer) -> None:
+    spec = TrainingSpec(
+        base_model="rft-tiny",
+        dataset=demo_dataset(),
+        reward_config=letter_config(),
+        hyperparameters=Hyperparameters.model_validate(
+            {**TINY_HYPERPARAMETERS, "train_steps": 3, "seed": 0}
+        ),
+        output_dir=tmp_path / "run",
+        model_cache_dir=MODEL_CACHE_DIR,
+        generation=Generation(backend="vllm", device="cuda", mode="server", server=vllm_server),
+    )
+    observer = RecordingObserver()
+    sandbox = reward_sandbox()
+    try:
+        outcome = run_grpo(spec, sandbox, observer)
+    finally:
+        sandbox.close()
+    assert outcome.steps_completed == 3
+    assert [record.step for record in observer.records] == [1, 2, 3]
+    # The server generated with the trainer's weights (sent over NCCL every step).
+    gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
+    assert max(gaps) < SYNCED_GAP_BOUND, gaps
