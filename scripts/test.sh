@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every check: ruff, mypy and the whole pytest suite (real Postgres, Redis,
-# Celery worker and TRL training on the tiny model).
+# Celery worker and TRL training on the tiny model), then the vLLM generation tests in their own
+# environment (.venv-vllm, vLLM's CPU build; RFT_TEST_VLLM=0 leaves them out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,3 +11,7 @@ ruff check .
 ruff format --check .
 mypy
 python -m pytest "$@"
+# The vLLM tests skipped above (no vllm in .venv) run here, where vLLM missing is an error.
+if [ "${RFT_TEST_VLLM:-1}" != 0 ]; then
+  bash scripts/test_vllm.sh
+fi
