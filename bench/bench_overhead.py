@@ -116,6 +116,7 @@ def bare_config(steps: int, output_dir: Path, *, summed: bool = False) -> GRPOCo
         top_p=hp.top_p,
         beta=hp.beta,
         loss_type=hp.loss_type,
+        epsilon_high=hp.epsilon_high,
         learning_rate=hp.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

@@ -12,19 +12,10 @@ from typing import Any
 from sandbox.api import RewardFunctionSpec
 
 DEMO_BASE_MODEL = "rft-tiny"
-# The tiny model's own settings (the service's defaults are for real models): a large learning
-# rate and short completions make it learn within ~20 CPU steps (see /work/shared/FACTS.md).
-DEMO_HYPERPARAMETERS: dict[str, Any] = {
-    "learning_rate": 2e-2,
-    "num_generations": 8,
-    "prompts_per_step": 2,
-    "max_completion_length": 16,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "beta": 0.0,
-    "loss_type": "dapo",
-    "seed": 0,
-}
+# The tiny model's own settings (the service's defaults are for real models): its preset's
+# large learning rate, constant schedule and short completions make it learn within ~20 CPU
+# steps (see service/jobs/hyperparameters.py).
+DEMO_HYPERPARAMETERS: dict[str, Any] = {"preset": "tiny-cpu", "seed": 0}
 
 
 def demo_dataset() -> list[dict[str, Any]]:
