@@ -488,27 +488,30 @@ class RewardRunner:
         cheap function's cost per sample at one clock read.
         """
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
-        scores, count = outcomes.scores, len(completions)
+        scores, errors, count = outcomes.scores, outcomes.errors, len(completions)
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = loaded.sample_timeout_s
-        may_switch = may_switch and loaded.max_concurrency > 1
+        switch_after = (
+            POOL_AFTER_SAMPLE_S if may_switch and loaded.max_concurrency > 1 else math.inf
+        )
         clock = time.monotonic
-        index, slow_samples = first, 0
+        stop, slow_samples = count, 0
         previous_start = clock()
-        self._sample_timer = SampleTimer(deadline, sample_limit, previous_start)
-        timer = self._sample_timer
+        timer = self._sample_timer = SampleTimer(deadline, sample_limit, previous_start)
+        index = first
         try:
             self._arm(timer.next_check(previous_start))
-            while index < count:
+            for index in range(first, count):
                 if limiter is not None:
                     time.sleep(limiter.reserve())
                 started = clock()
-                if may_switch and index > first and started - previous_start >= POOL_AFTER_SAMPLE_S:
+                if started - previous_start >= switch_after:
                     # Two slow samples in a row: one alone may be a cold start (an import,
                     # a regex compiled on first use), not a function that waits.
                     slow_samples += 1
                     if slow_samples == 2:
                         loaded.slow = True
+                        stop = index
                         break
                 else:
                     slow_samples = 0
@@ -520,18 +523,14 @@ class RewardRunner:
                     if expired == "call":
                         raise
                     outcomes.timeout(index, f"the sample took longer than {sample_limit:g} s")
-                    index += 1
                     self._arm(timer.next_check(clock()))
                     continue
                 except BaseException as error:
                     outcomes.error(index, error)
-                    index += 1
                     continue
-                score, problem = _to_score(value)
-                scores[index] = score
+                scores[index], problem = _to_score(value)
                 if problem is not None:
-                    outcomes.errors.append(_invalid_return(problem, index))
-                index += 1
+                    errors.append(_invalid_return(problem, index))
         except CallTimeout:
             outcomes.finished[:index] = [True] * index
             outcomes.time_out_unfinished(call_message)
@@ -539,8 +538,8 @@ class RewardRunner:
         finally:
             self._disarm()
             self._sample_timer = None
-        outcomes.finished[:index] = [True] * index
-        return index
+        outcomes.finished[:stop] = [True] * stop
+        return stop
 
     def _sample_pool(self) -> ThreadPoolExecutor:
         # Imported on first use: it pulls in logging, ~6 ms of every process start, and
