@@ -39,6 +39,10 @@ from service.stack import LocalStack
 from tests.conftest import new_tenant_key
 
 MAX_EXAMPLES = 50
+# Operations that forward to a server this stack does not run (the inference server) answer
+# 503 Service Unavailable by design here; their input is still fuzzed up to that point, and
+# any other 5xx from them fails.
+FORWARDED_TO_SERVICES_NOT_RUN = ("/v1/chat/", "/v1/completions")
 REQUEST_TIMEOUT_S = 60
 SOURCE = "def f(prompt, completion, example):\n    return 1.0\n"
 
@@ -137,6 +141,8 @@ def test_no_input_gets_a_server_error(case: schemathesis.Case, fuzz_target: Fuzz
 
     fuzz_target.requests[operation] = fuzz_target.requests.get(operation, 0) + 1
     response = case.call(base_url=fuzz_target.stack.base_url, timeout=REQUEST_TIMEOUT_S)
+    if response.status_code == 503 and case.path.startswith(FORWARDED_TO_SERVICES_NOT_RUN):
+        return
     assert response.status_code < 500, (
         f"{operation} answered {response.status_code}: {response.text[:500]}\n"
         f"request: {case!r:.2000}\nAPI log: {fuzz_target.stack.log_dir / 'api.log'}"
