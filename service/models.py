@@ -125,6 +125,10 @@ class Job(Base):
         Json, default=list, server_default=text("'[]'::jsonb")
     )
     adapter_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What the run warned about (workers.training_signals): [{"kind", "step", "message", ...}].
+    warnings: Mapped[list[dict[str, Any]]] = mapped_column(
+        Json, default=list, server_default=text("'[]'::jsonb")
+    )
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -182,6 +186,8 @@ class Step(Base):
     kl: Mapped[float | None] = mapped_column(Float, nullable=True)
     learning_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_s: Mapped[float] = mapped_column(Float)
+    # Share of the step's groups whose completions all got the same reward (no signal).
+    frac_reward_zero_std: Mapped[float | None] = mapped_column(Float, nullable=True)
     # {name: {"version", "weight", "mean", "std", "scored", "errors", "error_rate"}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -35,6 +35,7 @@ from service.models import (
     Step,
 )
 from workers.training.records import StepRecord
+from workers.training_signals import frac_reward_zero_std
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
         "kl": record.kl,
         "learning_rate": record.learning_rate,
         "duration_s": record.duration_s,
+        "frac_reward_zero_std": frac_reward_zero_std(record.completions),
         "reward_functions": {
             name: {
                 "version": m.version,

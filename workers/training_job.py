@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import socket
@@ -12,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy import text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
@@ -25,7 +27,7 @@ from service.jobs.repository import JobRepository
 from service.jobs.schemas import run_settings
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
-from service.models import Checkpoint, Job
+from service.models import Checkpoint, Job, Step
 from service.reward_functions.scoring import sandbox_settings
 from service.secrets import SecretsKeyError, unseal
 from service.settings import Settings, get_settings
@@ -38,6 +40,17 @@ from workers.recording import BackgroundWriter, store_step, with_database_retrie
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.generation import GenerationSetupError, choose_generation
 from workers.training.records import RewardConfig, StepRecord
+from workers.training.trackers import (
+    TrackerSetupError,
+    check_trackers_installed,
+    tracker_environment,
+)
+from workers.training_signals import (
+    SignalMonitor,
+    SignalSettings,
+    TrainingWarning,
+    no_signal_run_warning,
+)
 
 if TYPE_CHECKING:
     from workers.training.grpo import TrainingSpec
@@ -81,8 +94,11 @@ class DatabaseObserver:
         breaker: RewardCircuitBreaker,
         store: ArtifactStore,
         watcher: JobWatcher | None = None,
+        signals: SignalMonitor | None = None,
     ) -> None:
         self.job_id = job_id
+        # Signs that the run is not learning (no reward variation, reward hacking): warnings.
+        self.signals = signals
         self.breaker = breaker
         self.store = store
         # Cancel, pause and config changes arrive through the watcher; without one (or before
@@ -103,6 +119,10 @@ class DatabaseObserver:
         self.writer.submit(lambda: store_step(self.job_id, record))
         observe_step(record)
         self.breaker.observe(record)
+        if self.signals is not None:
+            for warning in self.signals.observe_step(record):
+                # After the step's record: a warning never names a step not yet stored.
+                self.writer.submit(functools.partial(store_warning, self.job_id, warning))
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
@@ -376,10 +396,16 @@ def _train(
             ),
             store,
             watcher,
+            SignalMonitor(
+                signal_settings(hyperparameters),
+                max_completion_length=hyperparameters.max_completion_length,
+            ),
         )
         try:
+            check_trackers_installed(hyperparameters.report_to)
             sandbox = observer.sandbox = _open_sandbox(plan, settings)
-            outcome = run_grpo(plan.spec, sandbox, observer)
+            with tracker_environment(hyperparameters.report_to, plan.secrets):
+                outcome = run_grpo(plan.spec, sandbox, observer)
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
             # The run's own error is the one to report; what was queued is still stored.
@@ -396,8 +422,62 @@ def _train(
     if observer.breaker.tripped:
         _finish(job_id, JobStatus.FAILED, reason=observer.breaker.tripped, adapter=None)
     elif outcome.stop_reason is None:
-        _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
+        verdict = _no_signal_verdict(job_id, hyperparameters)
+        if verdict is not None and hyperparameters.fail_on_no_signal:
+            reason = f"fail_on_no_signal: {verdict.message}"
+            _finish(job_id, JobStatus.FAILED, reason=reason, adapter=None)
+        else:
+            _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
     # Otherwise someone else ended or paused the job: their status stands.
+
+
+def signal_settings(hyperparameters: Hyperparameters) -> SignalSettings:
+    return SignalSettings(
+        no_signal_threshold=hyperparameters.no_signal_threshold,
+        patience=hyperparameters.warning_patience,
+    )
+
+
+def store_warning(job_id: str, warning: TrainingWarning) -> None:
+    """A 'warning' event, and the warning added to the job's own list."""
+
+    def write() -> None:
+        with session_scope() as session:
+            session.execute(
+                text("UPDATE jobs SET warnings = warnings || CAST(:added AS jsonb) WHERE id = :id"),
+                {"added": json.dumps([warning.as_json()]), "id": job_id},
+            )
+            JobRepository(session).add_event(
+                job_id, "warning", warning.message, step=warning.step, data=warning.as_json()
+            )
+
+    with_database_retries(write, what=f"recording a {warning.kind} warning")
+
+
+def _no_signal_verdict(job_id: str, hyperparameters: Hyperparameters) -> TrainingWarning | None:
+    """Whether the finished run learned from (almost) nothing; if so, the job says so.
+
+    Read from the stored steps, not the monitor: a resumed run's monitor saw only its part.
+    """
+
+    def read() -> list[tuple[int, float | None]]:
+        with session_scope() as session:
+            rows = session.execute(
+                select(Step.step, Step.frac_reward_zero_std)
+                .where(Step.job_id == job_id)
+                .order_by(Step.step)
+            ).all()
+            return [(row[0], row[1]) for row in rows]
+
+    steps = with_database_retries(read, what="reading the run's learning signal")
+    if not steps:
+        return None
+    verdict = no_signal_run_warning(
+        [fraction for _, fraction in steps], steps[-1][0], signal_settings(hyperparameters)
+    )
+    if verdict is not None:
+        store_warning(job_id, verdict)
+    return verdict
 
 
 def _record_generation(job_id: str, spec: TrainingSpec) -> None:
@@ -423,7 +503,9 @@ def _record_generation(job_id: str, spec: TrainingSpec) -> None:
 
 def describe_failure(exc: BaseException) -> str:
     """One readable line for the job's failure_reason; the traceback goes to the logs."""
-    if isinstance(exc, PackageInstallError | SecretsKeyError | GenerationSetupError):
+    if isinstance(
+        exc, PackageInstallError | SecretsKeyError | GenerationSetupError | TrackerSetupError
+    ):
         return str(exc)
     last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = (

@@ -26,6 +26,7 @@ SchedulerType = Literal["constant", "constant_with_warmup", "linear", "cosine"]
 RewardScaling = Literal["group", "batch", "none"]
 DeviceSwitch = bool | Literal["auto"]
 PresetName = Literal["tiny-cpu", "small", "medium"]
+Tracker = Literal["wandb", "mlflow", "tensorboard", "trackio"]
 
 # Like OpenAI's completions API: a few short strings, so matching them costs nothing.
 MAX_STOP_SEQUENCES = 4
@@ -192,6 +193,35 @@ class Hyperparameters(BaseModel):
     checkpoint_every: int = Field(
         10, ge=1, description="Save the adapter (and trainer state) every N steps."
     )
+    no_signal_threshold: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="A step has no learning signal when at least this share of its groups got "
+        "equal rewards for every completion (frac_reward_zero_std); warning_patience such "
+        "steps in a row raise a 'no_signal' warning.",
+    )
+    warning_patience: int = Field(
+        3,
+        ge=1,
+        description="Consecutive steps a warning's condition must hold (no signal, a function "
+        "whose scores stopped varying, collapsed or truncated completions) before the job "
+        "warns; once per episode.",
+    )
+    fail_on_no_signal: bool = Field(
+        False,
+        description="Fail the job, instead of ending it with a warning, when the run as a "
+        "whole learned from (almost) nothing (its mean frac_reward_zero_std reached "
+        "no_signal_threshold).",
+    )
+    report_to: list[Tracker] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Experiment trackers the worker also reports to (TRL's report_to): "
+        "'wandb', 'mlflow', 'tensorboard', 'trackio'. Their settings and credentials are "
+        "read from the worker's environment and the job's secrets (README: experiment "
+        "trackers).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +249,13 @@ class Hyperparameters(BaseModel):
         if len(set(stop)) != len(stop):
             raise ValueError("stop: the same string is given twice")
         return stop
+
+    @field_validator("report_to")
+    @classmethod
+    def _check_report_to(cls, trackers: list[str]) -> list[str]:
+        if len(set(trackers)) != len(trackers):
+            raise ValueError("report_to: the same tracker is given twice")
+        return trackers
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Hyperparameters:

@@ -154,23 +154,29 @@ RewardFunctions = Annotated[
 ]
 
 
-class RewardFunctionsInput(BaseModel):
-    """Reward functions one by one, from a module, or both (names must not repeat)."""
+class RewardModuleInput(BaseModel):
+    """A request's optional reward_module, whose functions join its reward_functions."""
 
-    reward_functions: RewardFunctions = Field(
-        description="Functions by name, each with its own source (may be left out, or empty, "
-        "when reward_module names the functions)."
-    )
     reward_module: RewardModule | None = Field(
         None,
-        description="One module's source and which of its functions are rewards; each is "
-        "stored as its own function with the module-level code it uses.",
+        description="One module's source and which of its functions are rewards, beside or "
+        "instead of reward_functions; each is stored as its own function with the "
+        "module-level code it uses.",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _add_module_functions(cls, data: Any) -> Any:
         return with_module_functions(data)
+
+
+class RewardFunctionsInput(RewardModuleInput):
+    """Reward functions one by one, from a module, or both (names must not repeat)."""
+
+    reward_functions: RewardFunctions = Field(
+        description="Functions by name, each with its own source (may be left out, or empty, "
+        "when reward_module names the functions)."
+    )
 
 
 def with_module_functions(data: Any) -> Any:
@@ -255,6 +261,12 @@ class Job(BaseModel):
     secret_names: list[str] = Field(
         description="The job's secrets, by name; values are never shown."
     )
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What the run warned about, oldest first: each has a kind ('no_signal', "
+        "'no_signal_run', 'function_flat', 'length_collapse', 'truncation'), the step and a "
+        "message. Each is also a 'warning' event.",
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -285,6 +297,11 @@ class Step(BaseModel):
     kl: float | None
     learning_rate: float | None
     duration_s: float
+    frac_reward_zero_std: float | None = Field(
+        None,
+        description="Share of the step's groups whose completions all got the same reward: "
+        "GRPO learns nothing from them.",
+    )
     reward_functions: dict[str, FunctionStepMetrics]
     created_at: datetime
 

@@ -27,6 +27,7 @@ NUMBER_FIELDS = (
     "kl",
     "learning_rate",
     "duration_s",
+    "frac_reward_zero_std",
 )
 
 

@@ -45,6 +45,7 @@ def row(step: int, **values: Any) -> dict[str, Any]:
         "kl": 0.0,
         "learning_rate": 1e-05,
         "duration_s": 12.0,
+        "frac_reward_zero_std": 0.75,
         "reward_functions": FUNCTIONS,
         "created_at": datetime(2026, 11, 21, 7, 30, 1, 250000, tzinfo=UTC),
     } | values
@@ -55,7 +56,7 @@ ROWS = [
     row(2, reward_mean=float("nan"), loss=float("inf"), kl=-float("inf")),
     row(3, created_at=datetime(2026, 11, 21, 8, 0, 0, tzinfo=timezone(timedelta(hours=2)))),
     row(4, reward_mean=1e300, reward_std=5e-324, reward_functions={}),
-    row(5),
+    row(5, frac_reward_zero_std=None),
 ]
 
 

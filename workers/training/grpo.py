@@ -236,7 +236,10 @@ def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOC
         save_total_limit=spec.keep_checkpoints,
         # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
         save_only_model=False,
-        report_to="none",
+        # Trackers read their settings from the environment (README: experiment trackers);
+        # TensorBoard writes under output_dir/runs.
+        report_to=list(hp.report_to) or "none",
+        run_name=Path(spec.output_dir).name,  # the job id: the run's name in trackers
         disable_tqdm=True,
         log_completions=False,
         dataloader_num_workers=0,
