@@ -1,18 +1,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from service.jobs.schemas import (
     FUNCTION_NAME,
     MAX_REWARD_FUNCTIONS,
     RewardFunctionCreate,
     RewardFunctionSettings,
-    RewardModule,
+    RewardModuleInput,
     check_reward_function_names,
-    with_module_functions,
 )
 from service.secrets import check_secret_changes
 
@@ -48,7 +47,7 @@ class RewardFunctionUpdate(RewardFunctionCreate):
     label: str | None = Field(None, description="Read-only: ignored.")
 
 
-class JobConfigUpdate(BaseModel):
+class JobConfigUpdate(RewardModuleInput):
     """The whole editable config: functions missing here are removed from the next step on.
 
     The document GET returned is accepted as it is. Its read-only fields are ignored
@@ -79,17 +78,6 @@ class JobConfigUpdate(BaseModel):
         "of this version: a value sets or replaces a secret, null removes it, names not "
         "given keep their values. Write-only, encrypted at rest like the job's own.",
     )
-    reward_module: RewardModule | None = Field(
-        None,
-        description="A whole module and which of its functions are rewards, beside or instead "
-        "of reward_functions: each is stored with the module-level code it uses.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _add_module_functions(cls, data: Any) -> Any:
-        return with_module_functions(data)
-
     # Read-only fields of JobConfig, so that GET -> edit -> PUT works.
     job_id: str | None = Field(None, description="Read-only: must be this job's id.")
     version: int | None = Field(None, description="Read-only: ignored; send it as If-Match.")
