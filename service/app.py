@@ -13,6 +13,7 @@ from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
 from service.errors import ServiceUnavailable, install_error_handlers
 from service.events.endpoints import router as events_router
+from service.inference.endpoints import router as inference_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.observability import install_observability
@@ -49,6 +50,7 @@ def create_app() -> FastAPI:
     app.include_router(reward_functions_router)
     app.include_router(artifacts_router)
     app.include_router(events_router)
+    app.include_router(inference_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

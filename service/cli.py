@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     api.add_argument("--access-log", action="store_true", help="log every request")
     commands.add_parser("worker", help="run one training worker (one per GPU)")
+    inference = commands.add_parser(
+        "inference", help="serve generations for /v1/chat/completions (RFT_INFERENCE_URL)"
+    )
+    inference.add_argument("--host", default=None, help="default: RFT_INFERENCE_HOST")
+    inference.add_argument("--port", type=int, default=None, help="default: RFT_INFERENCE_PORT")
 
     create_key = commands.add_parser("create-key", help="issue an API key for a tenant")
     create_key.add_argument("--tenant", required=True)
@@ -66,6 +71,8 @@ def _up(args: argparse.Namespace) -> int:
         redis_url=settings.redis_url,
         api_port=args.port or settings.api_port,
         workers=args.workers,
+        inference=True,
+        inference_url=settings.inference_url,
     )
     # SIGTERM (docker stop, kill) takes the same orderly path as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -156,6 +163,13 @@ def _worker(_: argparse.Namespace) -> int:
     return 0
 
 
+def _inference(args: argparse.Namespace) -> int:
+    from workers.inference.server import serve
+
+    serve(host=args.host, port=args.port)
+    return 0
+
+
 def _create_key(args: argparse.Namespace) -> int:
     from service.auth.service import get_or_create_tenant, issue_api_key
     from service.db import session_scope
@@ -191,6 +205,7 @@ COMMANDS = {
     "migrate": _migrate,
     "api": _api,
     "worker": _worker,
+    "inference": _inference,
     "create-key": _create_key,
     "revoke-key": _revoke_key,
 }

@@ -192,6 +192,26 @@ class Settings(BaseSettings):
     bootstrap_api_key: SecretStr | None = Field(
         None, description="Create this API key for tenant 'default' at startup (development)."
     )
+    inference_url: str | None = Field(
+        None,
+        description="The inference server (`rft-server inference`) that /v1/chat/completions "
+        "forwards to, e.g. http://127.0.0.1:8001. Unset: those endpoints answer 503 "
+        "(`rft-server up` starts one and sets it).",
+    )
+    inference_host: str = Field("127.0.0.1", description="Where `rft-server inference` listens.")
+    inference_port: int = Field(8001, ge=1, le=65535)
+    inference_timeout_s: float = Field(
+        300.0, gt=0, description="How long the API waits for one generation."
+    )
+    inference_max_tokens: int = Field(
+        4096, ge=1, description="The largest max_tokens a chat or completion request may ask."
+    )
+    inference_max_base_models: int = Field(
+        2, ge=1, description="Base models the inference server keeps loaded (LRU)."
+    )
+    inference_max_adapters: int = Field(
+        16, ge=1, description="LoRA adapters kept loaded per base model (LRU)."
+    )
 
     @model_validator(mode="after")
     def _refuse_insecure_production(self) -> Settings:

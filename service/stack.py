@@ -42,6 +42,8 @@ class LocalStack:
         workers: int = 1,
         extra_env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        inference: bool = False,
+        inference_url: str | None = None,
     ) -> None:
         self.state_dir = state_dir.resolve()
         self.database_url = database_url
@@ -55,6 +57,15 @@ class LocalStack:
         self.api: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
         self._worker_serial = 0
+        # The API always knows where the inference server is meant to be; the server itself
+        # starts with the stack (`inference=True`, as `rft-server up` does) or later, on first
+        # need (start_inference), since it loads torch and models that most tests never use.
+        # A given inference_url is someone else's server: the stack then starts none.
+        self.start_inference_with_stack = inference and inference_url is None
+        self.inference_port = free_port()
+        self.inference_url = inference_url or f"http://127.0.0.1:{self.inference_port}"
+        self.inference_managed = inference_url is None
+        self.inference: subprocess.Popen[bytes] | None = None
 
     @property
     def base_url(self) -> str:
@@ -74,6 +85,8 @@ class LocalStack:
             self.start_api()
             for _ in range(self.worker_count):
                 self.start_worker()
+            if self.start_inference_with_stack:
+                self.start_inference()
         except BaseException:
             self.stop()
             raise
@@ -87,6 +100,7 @@ class LocalStack:
                 "RFT_DATABASE_URL": self.database_url,
                 "RFT_REDIS_URL": self.redis_url,
                 "RFT_STATE_DIR": str(self.state_dir),
+                "RFT_INFERENCE_URL": self.inference_url,
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -129,6 +143,31 @@ class LocalStack:
         self.workers.append(worker)
         return worker
 
+    def start_inference(self, timeout_s: float = 180) -> None:
+        """Start the inference server (once) and wait until it answers."""
+        if not self.inference_managed:
+            raise RuntimeError(f"the inference server at {self.inference_url} is not the stack's")
+        if self.inference is not None and self.inference.poll() is None:
+            return
+        self.inference = self._spawn(
+            [
+                sys.executable, "-m", "service.cli", "inference",
+                "--host", "127.0.0.1", "--port", str(self.inference_port),
+            ],
+            "inference.log",
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.inference.poll() is not None:
+                raise RuntimeError(
+                    f"the inference server exited; see {self.log_dir / 'inference.log'}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.inference_url}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"the inference server was not ready within {timeout_s} s")
+
     # Fault injection (tests, chaos drills): the same servers the stack runs, broken on purpose.
     def kill_worker(self, worker: subprocess.Popen[bytes]) -> None:
         """SIGKILL a worker and everything it started, as a lost machine would."""
@@ -166,11 +205,11 @@ class LocalStack:
         raise RuntimeError(f"the API was not ready within {timeout_s} s")
 
     def stop(self) -> None:
-        for process in [*self.workers, self.api]:
+        for process in [*self.workers, self.inference, self.api]:
             if process is not None and process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, 15)
-        for process in [*self.workers, self.api]:
+        for process in [*self.workers, self.inference, self.api]:
             if process is None:
                 continue
             try:
@@ -180,6 +219,7 @@ class LocalStack:
                     os.killpg(process.pid, 9)
                 process.wait()
         self.workers.clear()
+        self.inference = None
         self.api = None
         if self._redis is not None:
             self._redis.stop()

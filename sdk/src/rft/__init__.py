@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from rft.chat import ChatCompletion, TextCompletion
 from rft.client import AsyncClient, Client  # after __version__: transport reads it
 from rft.errors import (
     APIConnectionError,
@@ -57,6 +58,7 @@ __all__ = [
     "AsyncClient",
     "AuthenticationError",
     "BadRequestError",
+    "ChatCompletion",
     "Checkpoint",
     "CheckpointList",
     "Client",
@@ -93,6 +95,7 @@ __all__ = [
     "Sample",
     "SampleError",
     "Step",
+    "TextCompletion",
     "UnprocessableEntityError",
     "__version__",
     "function_source",

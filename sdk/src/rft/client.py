@@ -4,6 +4,7 @@ from types import TracebackType
 
 import httpx
 
+from rft.resources.chat import AsyncChat, AsyncCompletions, Chat, Completions
 from rft.resources.datasets import AsyncDatasets, Datasets
 from rft.resources.jobs import AsyncJobs, Jobs
 from rft.resources.reward_functions import AsyncRewardFunctions, RewardFunctions
@@ -43,6 +44,8 @@ class Client:
         self.datasets = Datasets(self._transport)
         self.jobs = Jobs(self._transport)
         self.reward_functions = RewardFunctions(self._transport)
+        self.chat = Chat(self._transport)
+        self.completions = Completions(self._transport)
 
     def close(self) -> None:
         self._transport.close()
@@ -82,6 +85,8 @@ class AsyncClient:
         self.datasets = AsyncDatasets(self._transport)
         self.jobs = AsyncJobs(self._transport)
         self.reward_functions = AsyncRewardFunctions(self._transport)
+        self.chat = AsyncChat(self._transport)
+        self.completions = AsyncCompletions(self._transport)
 
     async def close(self) -> None:
         await self._transport.close()

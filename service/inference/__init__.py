@@ -1,0 +1,1 @@
+"""OpenAI-compatible chat and text completions from base models and trained adapters."""

@@ -1,0 +1,220 @@
+"""Chat and text completions: resolve the model name, forward to the inference server.
+
+Model names are resolved here and only here (issue 15's ``fine_tuned_model`` names are meant
+to be added to ``resolve_model``):
+- ``<job id>``: the job's final adapter on its base model;
+- ``<job id>:checkpoint-<step>``: that checkpoint's adapter;
+- anything else: a base model, accepted by the same pre-flight as a job's ``base_model``.
+A job of another tenant is a 404, exactly like a missing one.
+
+The API has no torch: generation happens in the inference server (workers.inference), which
+gets a base model and an artifact URI, never a tenant or a job id.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.orm import Session
+
+from service.artifacts.service import checkpoint_uri, final_adapter_uri
+from service.base_models.service import UnknownBaseModel, check_base_model
+from service.errors import BadRequest, NotFound, ServiceUnavailable
+from service.inference.protocol import AdapterRef, GenerationRequest, GenerationResult
+from service.inference.schemas import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionCreate,
+    Completion,
+    CompletionChoice,
+    CompletionCreate,
+    SamplingParameters,
+    Usage,
+)
+from service.jobs.service import get_job
+from service.settings import Settings
+
+JOB_ID_PREFIX = "job_"
+CHECKPOINT_SUFFIX = re.compile(r"^checkpoint-(\d{1,9})$")
+DEFAULT_CHAT_MAX_TOKENS = 256
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class UnknownModel(NotFound):
+    pass
+
+
+class InferenceUnavailable(ServiceUnavailable):
+    pass
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What a model name means: a base model, with or without one adapter on top."""
+
+    name: str
+    base_model: str
+    adapter_uri: str | None
+
+
+def resolve_model(session: Session, tenant_id: str, name: str, settings: Settings) -> ServedModel:
+    job_id, colon, suffix = name.partition(":")
+    if colon:
+        match = CHECKPOINT_SUFFIX.match(suffix)
+        if match is None:
+            raise UnknownModel(
+                f"model {name!r}: after ':' give 'checkpoint-<step>', as in "
+                f"'{job_id}:checkpoint-10'"
+            )
+        job = get_job(session, tenant_id, job_id)
+        uri = checkpoint_uri(session, tenant_id, job.id, int(match.group(1)))
+        return ServedModel(name=name, base_model=job.base_model, adapter_uri=uri)
+    if name.startswith(JOB_ID_PREFIX):
+        job = get_job(session, tenant_id, name)
+        return ServedModel(
+            name=name,
+            base_model=job.base_model,
+            adapter_uri=final_adapter_uri(session, tenant_id, job.id),
+        )
+    try:
+        check_base_model(name, settings)
+    except UnknownBaseModel as exc:
+        raise UnknownModel(
+            f"model {name!r} is neither a job id, '<job id>:checkpoint-<step>', nor a base "
+            f"model ({exc.detail})"
+        ) from None
+    return ServedModel(name=name, base_model=name, adapter_uri=None)
+
+
+def chat_max_tokens(body: ChatCompletionCreate) -> int:
+    return body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_MAX_TOKENS
+
+
+def completion_max_tokens(body: CompletionCreate) -> int:
+    return body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
+
+
+def check_request(body: SamplingParameters, max_tokens: int, settings: Settings) -> None:
+    """Refuse what the inference server should never be asked (before any model is resolved)."""
+    if body.stream:
+        raise BadRequest("stream=true is not supported yet: send stream=false (the default)")
+    if max_tokens > settings.inference_max_tokens:
+        raise BadRequest(
+            f"max_tokens {max_tokens} is above this server's limit of "
+            f"{settings.inference_max_tokens} (RFT_INFERENCE_MAX_TOKENS)"
+        )
+
+
+def create_chat_completion(
+    served: ServedModel, body: ChatCompletionCreate, settings: Settings
+) -> ChatCompletion:
+    max_tokens = chat_max_tokens(body)
+    result = _generate(
+        served,
+        body,
+        max_tokens,
+        settings,
+        messages=[{"role": m.role, "content": m.text()} for m in body.messages],
+    )
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=served.name,
+        choices=[
+            ChatChoice(
+                index=index,
+                message=AssistantMessage(content=choice.text),
+                finish_reason=choice.finish_reason,
+            )
+            for index, choice in enumerate(result.choices)
+        ],
+        usage=_usage(result),
+    )
+
+
+def create_completion(
+    served: ServedModel, body: CompletionCreate, settings: Settings
+) -> Completion:
+    max_tokens = completion_max_tokens(body)
+    result = _generate(served, body, max_tokens, settings, prompt=body.prompt_text())
+    return Completion(
+        id=f"cmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=served.name,
+        choices=[
+            CompletionChoice(index=index, text=choice.text, finish_reason=choice.finish_reason)
+            for index, choice in enumerate(result.choices)
+        ],
+        usage=_usage(result),
+    )
+
+
+def _generate(
+    served: ServedModel,
+    body: SamplingParameters,
+    max_tokens: int,
+    settings: Settings,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    prompt: str | None = None,
+) -> GenerationResult:
+    request = GenerationRequest(
+        base_model=served.base_model,
+        adapter=AdapterRef(uri=served.adapter_uri) if served.adapter_uri else None,
+        messages=messages,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        n=body.n,
+        seed=body.seed,
+        stop=body.stop_list(),
+    )
+    if not settings.inference_url:
+        raise InferenceUnavailable(
+            "no inference server is configured: set RFT_INFERENCE_URL to a running "
+            "`rft-server inference` (`rft-server up` starts one)"
+        )
+    url = settings.inference_url.rstrip("/") + "/v1/generate"
+    try:
+        response = httpx.post(
+            url, json=request.model_dump(mode="json"), timeout=settings.inference_timeout_s
+        )
+    except httpx.TimeoutException:
+        raise InferenceUnavailable(
+            f"the inference server did not answer within {settings.inference_timeout_s} s "
+            "(RFT_INFERENCE_TIMEOUT_S)"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise InferenceUnavailable(
+            f"the inference server at RFT_INFERENCE_URL={settings.inference_url} cannot be "
+            f"reached ({type(exc).__name__}); start it with `rft-server inference`"
+        ) from None
+    if response.status_code == 400:
+        raise BadRequest(f"model {served.name!r}: {_detail(response)}")
+    if response.status_code != 200:
+        raise InferenceUnavailable(
+            f"the inference server answered {response.status_code}: {_detail(response)}"
+        )
+    return GenerationResult.model_validate(response.json())
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text[:500]
+
+
+def _usage(result: GenerationResult) -> Usage:
+    completion_tokens = sum(choice.completion_tokens for choice in result.choices)
+    return Usage(
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=result.prompt_tokens + completion_tokens,
+    )

@@ -1,0 +1,264 @@
+"""Talking to trained models: /v1/chat/completions and /v1/completions through the real stack
+(API -> inference server -> the job's adapter from the artifact store).
+
+One job is trained for the whole module, with a high learning rate and a reward that pushes
+hard toward the letter 'a', so its adapter answers differently from the base model even under
+greedy decoding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+import rft
+from rft.cli.app import app as cli_app
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+from tests.integration.helpers import create_job, upload_jsonl, wait_for
+from tests.tiny import TINY_HYPERPARAMETERS
+
+TRAIN_STEPS = 8
+CHECKPOINT_EVERY = 4
+A_SHARE = (
+    "def a_share(prompt, completion, example):\n"
+    "    text = completion if isinstance(completion, str) else completion[-1]['content']\n"
+    "    return text.count('a') / max(len(text), 1)\n"
+)
+PROMPT = "Write about cats:"
+
+
+def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "temperature": 0,
+        "max_tokens": 16,
+        **overrides,
+    }
+    return client.post("/v1/chat/completions", json=body)
+
+
+def answer(client: httpx.Client, model: str, **overrides: Any) -> str:
+    response = chat(client, model, **overrides)
+    assert response.status_code == 200, response.text
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+@pytest.fixture(scope="module")
+def tenant_key(stack: LocalStack) -> str:
+    from tests.conftest import new_tenant_key
+
+    return new_tenant_key(stack)
+
+
+@pytest.fixture(scope="module")
+def tenant(stack: LocalStack, tenant_key: str) -> Iterator[httpx.Client]:
+    with tenant_client(stack, tenant_key) as http:
+        http.timeout = httpx.Timeout(300)
+        yield http
+
+
+@pytest.fixture(scope="module")
+def trained_job(stack: LocalStack, tenant: httpx.Client) -> dict[str, Any]:
+    topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
+    rows = [{"prompt": [{"role": "user", "content": f"Write about {t}:"}]} for t in topics]
+    job = create_job(
+        tenant,
+        {
+            "dataset_id": upload_jsonl(tenant, rows),
+            "reward_functions": {"a_share": {"source": A_SHARE}},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "learning_rate": 5e-2,
+                "train_steps": TRAIN_STEPS,
+                "checkpoint_every": CHECKPOINT_EVERY,
+            },
+        },
+    )
+    finished = wait_for(tenant, job["id"], timeout_s=900)
+    assert finished["status"] == "succeeded", finished["failure_reason"]
+    stack.start_inference()
+    return finished
+
+
+def test_without_an_inference_server_the_answer_is_a_503_naming_the_setting(
+    stack: LocalStack, tenant: httpx.Client
+) -> None:
+    if stack.inference is not None:
+        pytest.skip("this session's inference server is already running")
+    response = chat(tenant, "rft-tiny")
+    assert response.status_code == 503, response.text
+    assert "RFT_INFERENCE_URL" in response.json()["detail"]
+
+
+def test_the_adapter_answers_differently_from_its_base_model(
+    tenant: httpx.Client, trained_job: dict[str, Any]
+) -> None:
+    base = answer(tenant, "rft-tiny")
+    tuned = answer(tenant, trained_job["id"])
+    assert tuned != base, base
+    # Greedy decoding is deterministic, also after switching adapters back and forth.
+    assert answer(tenant, "rft-tiny") == base
+    assert answer(tenant, trained_job["id"]) == tuned
+
+    body = chat(tenant, trained_job["id"]).json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["model"] == trained_job["id"]
+    assert isinstance(body["created"], int)
+    (choice,) = body["choices"]
+    assert choice["index"] == 0 and choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 16
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_a_checkpoint_is_a_model_too(tenant: httpx.Client, trained_job: dict[str, Any]) -> None:
+    job_id = trained_job["id"]
+    steps = [c["step"] for c in tenant.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]]
+    assert CHECKPOINT_EVERY in steps
+    name = f"{job_id}:checkpoint-{CHECKPOINT_EVERY}"
+    response = chat(tenant, name)
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == name
+
+    missing = chat(tenant, f"{job_id}:checkpoint-999")
+    assert missing.status_code == 404 and "999" in missing.json()["detail"]
+    malformed = chat(tenant, f"{job_id}:step-4")
+    assert malformed.status_code == 404 and "checkpoint-<step>" in malformed.json()["detail"]
+
+
+def test_sampling_honours_n_seed_and_stop(
+    tenant: httpx.Client, trained_job: dict[str, Any]
+) -> None:
+    sampled = chat(tenant, trained_job["id"], temperature=1.0, n=3, seed=11).json()
+    again = chat(tenant, trained_job["id"], temperature=1.0, n=3, seed=11).json()
+    texts = [c["message"]["content"] for c in sampled["choices"]]
+    assert len(texts) == 3 and [c["index"] for c in sampled["choices"]] == [0, 1, 2]
+    assert texts == [c["message"]["content"] for c in again["choices"]]
+
+    # A stop string taken from the middle of the greedy answer cuts it there.
+    full = answer(tenant, "rft-tiny")
+    stop = full[len(full) // 2 :][:2]
+    stopped = chat(tenant, "rft-tiny", stop=[stop, "never"]).json()["choices"][0]
+    assert stopped["message"]["content"] == full[: full.find(stop)]
+    assert stopped["finish_reason"] == "stop"
+
+
+def test_text_completions(tenant: httpx.Client, trained_job: dict[str, Any]) -> None:
+    response = tenant.post(
+        "/v1/completions",
+        json={"model": trained_job["id"], "prompt": "the cat", "temperature": 0},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert body["usage"]["completion_tokens"] <= 16  # OpenAI's default max_tokens
+    assert isinstance(body["choices"][0]["text"], str)
+
+
+def test_another_tenants_job_is_not_found(stack: LocalStack, trained_job: dict[str, Any]) -> None:
+    with tenant_client(stack) as stranger:
+        for model in (trained_job["id"], f"{trained_job['id']}:checkpoint-{CHECKPOINT_EVERY}"):
+            response = chat(stranger, model)
+            assert response.status_code == 404, response.text
+            assert trained_job["id"] in response.json()["detail"]
+
+
+def test_unknown_models_and_absurd_parameters_are_4xx(
+    tenant: httpx.Client, trained_job: dict[str, Any]
+) -> None:
+    unknown = chat(tenant, "no such model")
+    assert unknown.status_code == 404 and "'no such model'" in unknown.json()["detail"]
+    missing_job = chat(tenant, "job_0123456789abcdef")
+    assert missing_job.status_code == 404 and "job_0123456789abcdef" in missing_job.text
+
+    too_long = chat(tenant, trained_job["id"], max_tokens=10**9)
+    assert too_long.status_code == 400 and "RFT_INFERENCE_MAX_TOKENS" in too_long.text
+    stream = chat(tenant, trained_job["id"], stream=True)
+    assert stream.status_code == 400 and "stream" in stream.json()["detail"]
+    for field, value in [
+        ("n", 1000),
+        ("n", 0),
+        ("temperature", 50),
+        ("temperature", -1),
+        ("top_p", 0),
+        ("max_tokens", 0),
+        ("messages", []),
+        ("stop", ["a", "b", "c", "d", "e"]),
+    ]:
+        response = chat(tenant, trained_job["id"], **{field: value})
+        assert response.status_code == 422, (field, value, response.text)
+        assert field in response.text
+    no_model = tenant.post("/v1/chat/completions", json={"messages": [{"role": "user"}]})
+    assert no_model.status_code == 422
+
+
+def test_sdk_and_cli(stack: LocalStack, tenant_key: str, trained_job: dict[str, Any]) -> None:
+    with rft.Client(api_key=tenant_key, base_url=stack.base_url, timeout=300) as client:
+        reply = client.chat.completions.create(
+            model=trained_job["id"],
+            messages=[{"role": "user", "content": PROMPT}],
+            temperature=0,
+            max_tokens=16,
+        )
+        assert isinstance(reply, rft.ChatCompletion)
+        tuned = reply.choices[0].message.content
+        text = client.completions.create(model="rft-tiny", prompt="the cat", temperature=0)
+        assert isinstance(text, rft.TextCompletion) and text.model == "rft-tiny"
+        with pytest.raises(rft.NotFoundError):
+            client.chat.completions.create(
+                model="job_missing", messages=[{"role": "user", "content": "hi"}]
+            )
+
+    cli = CliRunner(env={"RFT_API_KEY": tenant_key, "RFT_BASE_URL": stack.base_url})
+    result = cli.invoke(
+        cli_app,
+        ["chat", trained_job["id"], PROMPT, "--temperature", "0", "--max-tokens", "16"],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == tuned + "\n"
+    missing = cli.invoke(cli_app, ["chat", "job_missing", "hi"])
+    assert missing.exit_code == 1 and "job_missing" in missing.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="openai not installed")
+def test_the_official_openai_client(
+    stack: LocalStack, tenant_key: str, trained_job: dict[str, Any]
+) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key=tenant_key, max_retries=0)
+    reply = client.chat.completions.create(
+        model=trained_job["id"],
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=16,
+    )
+    with rft.Client(api_key=tenant_key, base_url=stack.base_url, timeout=300) as ours:
+        expected = ours.chat.completions.create(
+            model=trained_job["id"],
+            messages=[{"role": "user", "content": PROMPT}],
+            temperature=0,
+            max_tokens=16,
+        )
+    assert reply.choices[0].message.content == expected.choices[0].message.content
+    assert reply.model == trained_job["id"] and reply.usage is not None
+    completion = client.completions.create(model="rft-tiny", prompt="the cat", max_tokens=4)
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(
+            model="job_missing", messages=[{"role": "user", "content": "hi"}]
+        )
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=trained_job["id"],
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=10**9,
+        )

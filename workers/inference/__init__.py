@@ -1,0 +1,1 @@
+"""The inference server: a process of its own that keeps models loaded and generates."""

@@ -1,0 +1,216 @@
+"""Loaded models: base models kept in memory, LoRA adapters swapped on top of them.
+
+Why one PEFT model per base with many named adapters: loading a base model costs seconds to
+minutes, an adapter costs milliseconds (a few MB of LoRA weights). PEFT keeps several adapters
+on one base (``load_adapter``/``set_adapter`` by name) and ``disable_adapter()`` answers for
+the base model itself, so a base and all its jobs' adapters share one copy of the weights.
+Both levels are LRU-bounded (RFT_INFERENCE_MAX_BASE_MODELS, RFT_INFERENCE_MAX_ADAPTERS).
+
+One generation runs at a time per process (``generate`` holds a lock): the active adapter is
+state of the shared model, and on CPU two generations would only split the same cores. More
+throughput comes from more inference processes (or vLLM, see the server's docstring).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from service.artifacts.storage import S3_SCHEME, ArtifactStore, artifact_store
+from service.inference.protocol import GeneratedChoice, GenerationRequest, GenerationResult
+from service.settings import Settings
+from workers.training.tiny_model import TINY_MODEL_NAME, resolve_base_model
+
+logger = logging.getLogger(__name__)
+
+
+class InferenceInputError(ValueError):
+    """A request the server cannot serve as asked (answered 400 with this message)."""
+
+
+@dataclass
+class LoadedBase:
+    model: Any  # a PreTrainedModel, or a PeftModel once an adapter was loaded onto it
+    tokenizer: PreTrainedTokenizerBase
+    adapters: OrderedDict[str, str] = field(default_factory=OrderedDict)  # name -> uri
+
+
+def adapter_name(uri: str) -> str:
+    """PEFT adapter names become module attribute names: no dots or slashes, so hash the URI."""
+    return "adapter_" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+
+
+class ModelPool:
+    def __init__(self, settings: Settings, store: ArtifactStore | None = None) -> None:
+        self.settings = settings
+        self.store = store or artifact_store(settings)
+        self.max_base_models = settings.inference_max_base_models
+        self.max_adapters = settings.inference_max_adapters
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._bases: OrderedDict[str, LoadedBase] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # Loading -------------------------------------------------------------------------------
+    def _base(self, name: str) -> LoadedBase:
+        loaded = self._bases.get(name)
+        if loaded is not None:
+            self._bases.move_to_end(name)
+            return loaded
+        path = self._base_model_path(name)
+        logger.info("loading base model %s from %s", name, path)
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        use_bf16 = self.device == "cuda" and torch.cuda.is_bf16_supported()
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.bfloat16 if use_bf16 else torch.float32
+        )
+        model = model.to(self.device)
+        model.eval()
+        loaded = LoadedBase(model=model, tokenizer=tokenizer)
+        self._bases[name] = loaded
+        while len(self._bases) > self.max_base_models:
+            evicted, _ = self._bases.popitem(last=False)
+            logger.info("unloaded base model %s (LRU)", evicted)
+        return loaded
+
+    def _base_model_path(self, name: str) -> str:
+        if name == TINY_MODEL_NAME:
+            return resolve_base_model(name, self.settings.resolved_model_cache_dir)
+        if name.startswith("/"):
+            # The API checked this at job creation; check again, since this process reads it.
+            resolved = Path(name).resolve()
+            if not any(
+                resolved.is_relative_to(root) for root in self.settings.resolved_model_roots
+            ):
+                raise InferenceInputError(f"base model {name!r} is not under RFT_MODEL_ROOTS")
+            return str(resolved)
+        return name  # a hub id: transformers downloads it (or finds it in the HF cache)
+
+    def _activate_adapter(self, base: LoadedBase, uri: str) -> str:
+        name = adapter_name(uri)
+        if name in base.adapters:
+            base.adapters.move_to_end(name)
+        else:
+            directory = self._adapter_directory(uri, name)
+            logger.info("loading adapter %s from %s", name, uri)
+            if not base.adapters:
+                from peft import PeftModel
+
+                base.model = PeftModel.from_pretrained(
+                    base.model, str(directory), adapter_name=name
+                )
+            else:
+                base.model.load_adapter(str(directory), adapter_name=name)
+            base.model.eval()
+            base.adapters[name] = uri
+            while len(base.adapters) > self.max_adapters:
+                evicted, _ = base.adapters.popitem(last=False)
+                base.model.delete_adapter(evicted)
+        base.model.set_adapter(name)
+        return name
+
+    def _adapter_directory(self, uri: str, name: str) -> Path:
+        if uri.startswith(S3_SCHEME):
+            cache = self.settings.state_dir.resolve() / "inference" / "adapters" / name
+            if (cache / "adapter_config.json").is_file():
+                return cache
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            return self.store.fetch_directory(uri, cache)
+        directory = Path(uri).resolve()
+        # Only artifacts: the API sends URIs from its database, but this process trusts nobody
+        # with a path outside the artifact folder.
+        if not directory.is_relative_to(self.settings.resolved_artifacts_dir):
+            raise InferenceInputError(f"adapter {uri!r} is not in the artifact store")
+        if not (directory / "adapter_config.json").is_file():
+            raise InferenceInputError(f"adapter {uri!r} is no longer in the artifact store")
+        return directory
+
+    # Generation ----------------------------------------------------------------------------
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        with self._lock:
+            base = self._base(request.base_model)
+            if request.adapter is not None:
+                self._activate_adapter(base, request.adapter.uri)
+            inputs = self._encode(base.tokenizer, request)
+            return self._generate(base, inputs, request)
+
+    def _encode(self, tokenizer: PreTrainedTokenizerBase, request: GenerationRequest) -> Any:
+        if request.messages is not None:
+            if not tokenizer.chat_template:
+                raise InferenceInputError(
+                    f"base model {request.base_model!r} has no chat template: use "
+                    "/v1/completions with a prompt"
+                )
+            return tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+        return tokenizer(request.prompt or "", return_tensors="pt")
+
+    def _generate(
+        self, base: LoadedBase, inputs: Any, request: GenerationRequest
+    ) -> GenerationResult:
+        tokenizer = base.tokenizer
+        input_ids = inputs["input_ids"].to(self.device)
+        attention_mask = inputs["attention_mask"].to(self.device)
+        sampling = request.temperature > 0
+        # Greedy decoding gives n equal answers: compute one (transformers refuses
+        # num_return_sequences > 1 without sampling) and repeat it.
+        options: dict[str, Any] = {
+            "max_new_tokens": request.max_tokens,
+            "num_return_sequences": request.n if sampling else 1,
+            "do_sample": sampling,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+        if sampling:
+            options.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
+        if request.seed is not None:
+            torch.manual_seed(request.seed)
+        model = base.model
+        with torch.inference_mode():
+            if request.adapter is None and base.adapters:
+                with model.disable_adapter():
+                    output = model.generate(
+                        input_ids=input_ids, attention_mask=attention_mask, **options
+                    )
+            else:
+                output = model.generate(
+                    input_ids=input_ids, attention_mask=attention_mask, **options
+                )
+        prompt_length = input_ids.shape[1]
+        choices = [self._choice(tokenizer, row[prompt_length:].tolist(), request) for row in output]
+        if not sampling:
+            choices = [choices[0].model_copy() for _ in range(request.n)]
+        return GenerationResult(choices=choices, prompt_tokens=prompt_length)
+
+    @staticmethod
+    def _choice(
+        tokenizer: PreTrainedTokenizerBase, tokens: list[int], request: GenerationRequest
+    ) -> GeneratedChoice:
+        ends = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+        generated: list[int] = []
+        finish_reason: str = "length"
+        for token in tokens:
+            if token in ends:
+                finish_reason = "stop"
+                break
+            generated.append(token)
+        text = str(tokenizer.decode(generated, skip_special_tokens=True))
+        # Stop strings are cut after decoding: a stop string may span several tokens.
+        cuts = [text.find(stop) for stop in request.stop if stop and stop in text]
+        if cuts:
+            text = text[: min(cuts)]
+            finish_reason = "stop"
+        return GeneratedChoice(
+            text=text,
+            finish_reason="stop" if finish_reason == "stop" else "length",
+            completion_tokens=len(generated),
+        )

@@ -1,0 +1,71 @@
+"""The inference server (`rft-server inference`): generation for the API's chat endpoints.
+
+Why a process of its own: the API has no torch (and must stay light and quick to restart),
+and a training worker's memory belongs to its job. This process holds base models and LoRA
+adapters in memory across requests (workers.inference.pool) and answers one internal route,
+``POST /v1/generate``, with plain generations; the API resolves model names and tenants and
+speaks OpenAI's format. It has no database and no authentication of its own, so it must be
+reachable only by the API (it binds 127.0.0.1 unless RFT_INFERENCE_HOST says otherwise).
+
+Generation uses transformers + PEFT. vLLM's multi-LoRA serving would fit behind the same
+route; it is not wired yet (see the README).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from service.inference.protocol import GenerationRequest, GenerationResult
+from service.settings import get_settings
+from workers.inference.pool import InferenceInputError, ModelPool
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(pool: ModelPool | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.pool = pool or ModelPool(get_settings())
+        yield
+
+    app = FastAPI(title="rft inference", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(InferenceInputError)
+    async def _input_error(_: Request, exc: InferenceInputError) -> JSONResponse:
+        return JSONResponse(status_code=400, content={"error": "BadRequest", "detail": str(exc)})
+
+    @app.exception_handler(OSError)
+    async def _load_error(_: Request, exc: OSError) -> JSONResponse:
+        # transformers raises OSError for a model it cannot find or download.
+        return JSONResponse(
+            status_code=400, content={"error": "ModelNotLoadable", "detail": str(exc)}
+        )
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/generate", response_model=GenerationResult)
+    async def generate(body: GenerationRequest, request: Request) -> GenerationResult:
+        model_pool: ModelPool = request.app.state.pool
+        return await run_in_threadpool(model_pool.generate, body)
+
+    return app
+
+
+def serve(host: str | None = None, port: int | None = None) -> None:
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run(
+        create_app(),
+        host=host or settings.inference_host,
+        port=port or settings.inference_port,
+        access_log=False,
+    )
