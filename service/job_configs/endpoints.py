@@ -6,6 +6,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
+from service.errors import error_responses
 from service.job_configs import service
 from service.job_configs.schemas import DryRunResult, JobConfig, JobConfigUpdate, JobConfigUpdated
 
@@ -42,10 +43,8 @@ The body is the document `GET` returned, edited: read-only fields may stay in it
     "",
     response_model=JobConfigUpdated | DryRunResult,
     description=UPDATE_DESCRIPTION,
-    responses={
-        412: {"description": "If-Match names a version that is no longer current."},
-        428: {"description": "If-Match is missing."},
-    },
+    # 409: the job has ended; 412: If-Match names an older version; 428: no If-Match.
+    responses=error_responses(409, 412, 428),
 )
 def update_config(
     session: SessionDep,

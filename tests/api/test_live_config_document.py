@@ -126,3 +126,10 @@ def test_secrets_are_set_replaced_and_removed_by_name_and_never_shown(
     for text in shown:
         for value in (SECRET, "sk-other-value-51ab", "sk-rotated-value-77"):
             assert value not in text
+
+
+def test_the_api_document_lists_the_config_update_errors(client: httpx.Client) -> None:
+    document = client.get("/openapi.json").json()
+    put = document["paths"]["/v1/jobs/{job_id}/config"]["put"]
+    assert {"409", "412", "428"} <= set(put["responses"])
+    assert "If-Match" in put["description"] and "428" in put["description"]
