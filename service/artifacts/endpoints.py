@@ -15,8 +15,8 @@ from service.settings import get_settings
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["artifacts"])
 
 
-def _archive_response(uri: str, name: str) -> FileResponse:
-    archive = service.pack_adapter(artifact_store(get_settings()), uri, name)
+def _archive_response(uri: str, name: str, base_model: str) -> FileResponse:
+    archive = service.pack_adapter(artifact_store(get_settings()), uri, name, base_model)
     return FileResponse(
         archive,
         media_type="application/gzip",
@@ -36,11 +36,13 @@ def download_checkpoint(
 ) -> FileResponse:
     """The checkpoint's LoRA adapter as a PEFT directory (load with PeftModel.from_pretrained)."""
     uri = service.checkpoint_uri(session, tenant_id, job_id, step)
-    return _archive_response(uri, f"{job_id}-step-{step}")
+    base_model = service.base_model_of(session, tenant_id, job_id)
+    return _archive_response(uri, f"{job_id}-step-{step}", base_model)
 
 
 @router.get("/adapter.tar.gz", response_class=FileResponse)
 def download_adapter(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> FileResponse:
     """The final LoRA adapter of a finished job."""
     uri = service.final_adapter_uri(session, tenant_id, job_id)
-    return _archive_response(uri, f"{job_id}-adapter")
+    base_model = service.base_model_of(session, tenant_id, job_id)
+    return _archive_response(uri, f"{job_id}-adapter", base_model)

@@ -5,6 +5,8 @@ Workers write artifacts to RFT_ARTIFACTS_DIR, a volume the API shares (local dis
 
 from __future__ import annotations
 
+import io
+import json
 import tarfile
 import tempfile
 from pathlib import Path
@@ -47,6 +49,10 @@ def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> Checkpoin
     )
 
 
+def base_model_of(session: Session, tenant_id: str, job_id: str) -> str:
+    return get_job(session, tenant_id, job_id).base_model
+
+
 def checkpoint_uri(session: Session, tenant_id: str, job_id: str, step: int) -> str:
     job = get_job(session, tenant_id, job_id)
     checkpoint = JobRepository(session).get_checkpoint(job.id, step)
@@ -62,8 +68,12 @@ def final_adapter_uri(session: Session, tenant_id: str, job_id: str) -> str:
     return job.adapter_path
 
 
-def pack_adapter(store: ArtifactStore, uri: str, archive_name: str) -> Path:
-    """A .tar.gz of the adapter files at ``uri``, in a temporary file the caller deletes."""
+def pack_adapter(store: ArtifactStore, uri: str, archive_name: str, base_model: str) -> Path:
+    """A .tar.gz of the adapter files at ``uri``, in a temporary file the caller deletes.
+
+    The adapter names ``base_model`` (what the job was given: a hub id, ``rft-tiny``) as its
+    base: PEFT wrote the folder the worker loaded, a path that means nothing elsewhere.
+    """
     if not store.exists(uri):
         raise NotFound(f"the artifact {archive_name} is no longer in the artifact store")
     handle = tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False)  # noqa: SIM115
@@ -72,6 +82,20 @@ def pack_adapter(store: ArtifactStore, uri: str, archive_name: str) -> Path:
         directory = fetch_for_reading(store, uri, Path(scratch))
         with tarfile.open(handle.name, "w:gz") as archive:
             for name in ADAPTER_FILES:
-                if (directory / name).is_file():
+                if name == "adapter_config.json" and (directory / name).is_file():
+                    config = named_base_model(directory / name, base_model)
+                    entry = tarfile.TarInfo(f"{archive_name}/{name}")
+                    entry.size = len(config)
+                    entry.mtime = int((directory / name).stat().st_mtime)
+                    entry.mode = 0o644
+                    archive.addfile(entry, io.BytesIO(config))
+                elif (directory / name).is_file():
                     archive.add(directory / name, arcname=f"{archive_name}/{name}")
     return Path(handle.name)
+
+
+def named_base_model(adapter_config: Path, base_model: str) -> bytes:
+    """The adapter's config with ``base_model_name_or_path`` set to what the user gave."""
+    config = json.loads(adapter_config.read_text())
+    config["base_model_name_or_path"] = base_model
+    return json.dumps(config, indent=2, sort_keys=True).encode()
