@@ -495,6 +495,7 @@ def _record_generation(job_id: str, spec: TrainingSpec) -> None:
                     "mode": generation.mode,
                     "device": generation.device,
                     "worker_id": WORKER_ID,
+                    "why_not_vllm": generation.why_not_vllm,
                 },
             )
 

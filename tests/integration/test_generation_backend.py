@@ -52,6 +52,7 @@ def test_without_vllm_auto_generates_with_transformers_and_says_so(client: httpx
     generation = [e for e in events if e["kind"] == "generation"]
     assert [e["message"] for e in generation] == ["generation: transformers (cpu)"]
     assert generation[0]["data"]["backend"] == "transformers"
+    assert "vllm is not installed" in generation[0]["data"]["why_not_vllm"]
 
 
 @pytest.fixture(scope="module")

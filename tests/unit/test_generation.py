@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -47,7 +48,17 @@ def test_transformers_when_asked_even_where_vllm_runs(vllm_usable: None) -> None
     assert chosen.describe().startswith("transformers (")
 
 
-def test_auto_falls_back_to_transformers_without_vllm(vllm_missing: None) -> None:
+def test_auto_falls_back_to_transformers_without_vllm_saying_why(vllm_missing: None) -> None:
+    chosen = choose_generation(settings())
+    assert chosen.backend == "transformers"
+    assert chosen.why_not_vllm == "vllm is not installed: install it"
+
+
+def test_a_broken_vllm_install_is_a_reason_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generation.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setitem(sys.modules, "vllm.platforms", None)  # import raises ImportError
+    reason = vllm_unusable_reason("cpu")
+    assert reason is not None and reason.startswith("vllm is installed but cannot be imported")
     assert choose_generation(settings()).backend == "transformers"
 
 

@@ -56,6 +56,8 @@ class Generation:
     memory_fraction: float | None = None
     max_model_length: int | None = None
     server: VllmServer | None = None
+    # Under RFT_GENERATION_BACKEND=auto: why vLLM does not generate (the job's event says it).
+    why_not_vllm: str | None = None
 
     @property
     def uses_vllm(self) -> bool:
@@ -115,7 +117,7 @@ def choose_generation(settings: Settings) -> Generation:
     problem = vllm_unusable_reason(device)
     if problem is not None:
         if settings.generation_backend == "auto":
-            return Generation(backend="transformers", device=device)
+            return Generation(backend="transformers", device=device, why_not_vllm=problem)
         raise GenerationSetupError(f"RFT_GENERATION_BACKEND=vllm, but {problem}")
     if settings.vllm_mode == "server":
         return Generation(
@@ -156,8 +158,11 @@ def vllm_unusable_reason(device: Device) -> str | None:
     """Why vLLM cannot generate on ``device`` here, or None when it can."""
     if importlib.util.find_spec("vllm") is None:
         return f"vllm is not installed in this worker's environment: {INSTALL_HINT}"
-    # Resolving the platform imports a part of vLLM (a few seconds, once per process).
-    from vllm.platforms import current_platform
+    try:
+        # Resolving the platform imports a part of vLLM (a few seconds, once per process).
+        from vllm.platforms import current_platform
+    except Exception as exc:  # a broken install must not break `auto`
+        return f"vllm is installed but cannot be imported ({type(exc).__name__}: {exc})"
 
     if device == "cuda" and not current_platform.is_cuda_alike():
         return (
