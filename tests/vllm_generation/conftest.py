@@ -8,6 +8,7 @@ in the environment built for them, a skip would hide a broken install.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -93,6 +94,7 @@ def vllm_stack(vllm_cache_root: Path) -> Iterator[LocalStack]:
         },
     ) as stack:
         yield stack
+    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture

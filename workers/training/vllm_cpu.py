@@ -10,8 +10,8 @@ parameters and their ``weight_loader``; on the repacked model the first sync fai
 The fix: keep 2-D weights as plain parameters and compute those layers with
 ``torch.nn.functional.linear``, so each sync writes into the weights vLLM actually computes
 with. Slower for big models than the packed kernels, and irrelevant for them: real models
-train on GPUs, where vLLM has no such repacking and nothing here is ever applied. (A test
-compares vLLM's weights with the trainer's after a sync.)
+train on GPUs, where vLLM has no such repacking and nothing here is ever applied.
+(tests/vllm_generation/test_vllm_training.py checks that vLLM samples with the trained weights.)
 """
 
 from __future__ import annotations
