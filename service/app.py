@@ -9,6 +9,7 @@ from sqlalchemy.exc import OperationalError
 from service.api_docs.endpoints import router as api_docs_router
 from service.api_docs.openapi import install_error_responses
 from service.artifacts.endpoints import router as artifacts_router
+from service.base_models.endpoints import router as base_models_router
 from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
 from service.errors import ServiceUnavailable, install_error_handlers
@@ -49,6 +50,7 @@ def create_app() -> FastAPI:
     app.include_router(job_configs_router)
     app.include_router(reward_functions_router)
     app.include_router(artifacts_router)
+    app.include_router(base_models_router)
     app.include_router(events_router)
     app.include_router(inference_router)
     app.include_router(ui_router)

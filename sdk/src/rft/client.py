@@ -7,6 +7,7 @@ import httpx
 from rft.resources.chat import AsyncChat, AsyncCompletions, Chat, Completions
 from rft.resources.datasets import AsyncDatasets, Datasets
 from rft.resources.jobs import AsyncJobs, Jobs
+from rft.resources.models import AsyncModels, Models
 from rft.resources.reward_functions import AsyncRewardFunctions, RewardFunctions
 from rft.transport import (
     DEFAULT_MAX_RETRIES,
@@ -43,6 +44,7 @@ class Client:
         )
         self.datasets = Datasets(self._transport)
         self.jobs = Jobs(self._transport)
+        self.models = Models(self._transport)
         self.reward_functions = RewardFunctions(self._transport)
         self.chat = Chat(self._transport)
         self.completions = Completions(self._transport)
@@ -84,6 +86,7 @@ class AsyncClient:
         )
         self.datasets = AsyncDatasets(self._transport)
         self.jobs = AsyncJobs(self._transport)
+        self.models = AsyncModels(self._transport)
         self.reward_functions = AsyncRewardFunctions(self._transport)
         self.chat = AsyncChat(self._transport)
         self.completions = AsyncCompletions(self._transport)

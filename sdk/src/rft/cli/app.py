@@ -34,6 +34,8 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(config_app, name="config")
 app.add_typer(completions_app, name="completions")
 app.add_typer(checkpoints_app, name="checkpoints")
+models_app = typer.Typer(help="Download the built-in base model.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
 
 console = Console()
 error_console = Console(stderr=True)
@@ -213,6 +215,16 @@ def download_adapter(
 ) -> None:
     """Save the final LoRA adapter of a finished job (a PEFT folder)."""
     path = client_for(context).jobs.download_adapter(job_id, output, extract=not archive)
+    console.print(f"saved {path}", markup=False, highlight=False)
+
+
+@models_app.command("download")
+@reports_errors
+def download_model(
+    context: typer.Context, name: str, output: DestinationOption, archive: ArchiveOption = False
+) -> None:
+    """Save the built-in base model NAME (rft-tiny) as a folder its adapters load against."""
+    path = client_for(context).models.download(name, output, extract=not archive)
     console.print(f"saved {path}", markup=False, highlight=False)
 
 
