@@ -315,7 +315,7 @@ def _plan(
             base_model=job.base_model,
             dataset=DatasetRepository(session).rows(job.dataset_id),
             reward_config=load_reward_config(session, job_id, job.config_version),
-            hyperparameters=Hyperparameters.model_validate(job.hyperparameters),
+            hyperparameters=Hyperparameters.from_stored(job.hyperparameters),
             output_dir=settings.resolved_artifacts_dir / job_id,
             model_cache_dir=settings.resolved_model_cache_dir,
             resume_from_checkpoint=_usable(

@@ -288,6 +288,23 @@ class Hyperparameters(BaseModel):
             )
         return self
 
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> Hyperparameters:
+        """A job's stored hyperparameters. Jobs created before the real-model defaults (their
+        record has no "preset" key) keep the settings they were created under: constant rate,
+        no warmup, symmetric clipping, each step one micro-batch without checkpointing."""
+        if "preset" in stored:
+            return cls.model_validate(stored)
+        completions = int(stored.get("prompts_per_step", 2)) * int(stored.get("num_generations", 8))
+        legacy = {
+            "lr_scheduler_type": "constant",
+            "warmup_ratio": 0.0,
+            "epsilon_high": 0.2,
+            "micro_batch_size": completions,
+            "activation_checkpointing": False,
+        }
+        return cls.model_validate({**legacy, **stored})
+
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.num_generations

@@ -56,3 +56,13 @@ def test_a_constant_schedule_alone_means_no_warmup() -> None:
 def test_bad_combinations_say_what_to_change(values: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         Hyperparameters.model_validate(values)
+
+
+def test_jobs_stored_before_the_real_model_defaults_keep_their_settings() -> None:
+    stored = {"train_steps": 5, "learning_rate": 2e-2, "prompts_per_step": 2, "num_generations": 8}
+    old = Hyperparameters.from_stored(stored)
+    assert (old.lr_scheduler_type, old.warmup_ratio, old.epsilon_high) == ("constant", 0.0, 0.2)
+    assert old.micro_batch_size == 16 and old.activation_checkpointing is False
+    # Records written now carry "preset" (None included) and are read as they are.
+    current = Hyperparameters(train_steps=5).model_dump(mode="json")
+    assert Hyperparameters.from_stored(current).model_dump(mode="json") == current
