@@ -9,7 +9,7 @@ const PALETTE = ["#2563eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2
   "#db2777", "#65a30d", "#ea580c", "#4f46e5"];
 const TABS = [
   ["charts", "Charts"], ["completions", "Completions"], ["logs", "Reward logs"],
-  ["errors", "Reward errors"], ["config", "Config"],
+  ["errors", "Reward errors"], ["config", "Config"], ["playground", "Playground"],
 ];
 
 // ---------------------------------------------------------------- DOM helpers
@@ -393,7 +393,7 @@ class JobPage {
     }
     if (!this.panels[tab]) {
       const Panel = { charts: ChartsPanel, completions: CompletionsPanel, logs: LogsPanel,
-        errors: ErrorsPanel, config: ConfigPanel }[tab];
+        errors: ErrorsPanel, config: ConfigPanel, playground: PlaygroundPanel }[tab];
       this.panels[tab] = new Panel(this);
     }
     setChildren(this.panelHost, this.panels[tab].element);
@@ -1255,6 +1255,170 @@ class ConfigPanel {
       el("pre", { class: "diff-body" }, foldUnchanged(ops).map(([op, line]) => op === "…" ?
         el("div", { class: "fold" }, `⋯ ${line} unchanged lines`) :
         el("div", { class: op === "+" ? "add" : op === "-" ? "del" : "same" }, `${op} ${line}`))));
+  }
+}
+
+// ---------------------------------------------------------------- playground
+
+// POST a JSON body; errors as api() words them (422s list pydantic's problems).
+async function apiPost(path, body) {
+  const response = await fetch(new URL(path, window.location.origin), {
+    method: "POST",
+    headers: { Authorization: `Bearer ${apiKey()}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const payload = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const detail = Array.isArray(payload.detail) ?
+      payload.detail.map((problem) => `${problem.loc.slice(1).join(".")}: ${problem.msg}`).join("; ") :
+      payload.detail || response.statusText;
+    if (response.status === 401) signOut("Your API key was refused.");
+    throw new ApiError(response.status, detail);
+  }
+  return payload;
+}
+
+// One prompt, two models side by side (base vs adapter, or two checkpoints), each answer
+// scored by the job's current reward functions through the same test endpoint as the API's.
+class PlaygroundPanel {
+  constructor(page) {
+    this.page = page;
+    this.prompt = el("textarea", { id: "playground-prompt", class: "text", rows: 3,
+      "aria-label": "Prompt", placeholder: "A prompt, as a user message" });
+    this.left = el("select", { id: "playground-left", "aria-label": "Left model" });
+    this.right = el("select", { id: "playground-right", "aria-label": "Right model" });
+    this.maxTokens = el("input", { id: "playground-max-tokens", type: "number", min: 1,
+      value: 64, "aria-label": "Max tokens" });
+    this.temperature = el("input", { id: "playground-temperature", type: "number", min: 0,
+      max: 2, step: 0.1, value: 0, "aria-label": "Temperature" });
+    this.run = el("button", { id: "playground-run", class: "button", type: "button" }, "Generate");
+    this.message = el("p", { class: "muted small", id: "playground-message" },
+      "Temperature 0 decodes greedily: the same answer every time.");
+    this.slots = [this.slot("left"), this.slot("right")];
+    this.element = el("div", { class: "panel" },
+      el("div", { class: "card" }, el("h2", null, "Playground"), this.prompt,
+        el("div", { class: "toolbar" }, el("label", null, "Left ", this.left),
+          el("label", null, "Right ", this.right),
+          el("label", null, "Max tokens ", this.maxTokens),
+          el("label", null, "Temperature ", this.temperature), this.run),
+        this.message),
+      el("div", { class: "compare", id: "playground-results" },
+        this.slots.map((slot) => slot.element)));
+    this.run.addEventListener("click", () => this.generate());
+    this.knownModels = "";
+  }
+
+  slot(side) {
+    const answer = el("div", { class: "text completion", "data-answer": side });
+    const title = el("div", { class: "strong mono small" });
+    const scores = el("table", { class: "table", "data-scores": side });
+    return { side, answer, title, scores,
+      element: el("div", { class: "slot", id: `playground-${side}-result` }, title, answer, scores) };
+  }
+
+  // Models to offer: the base model, the final adapter once there is one, every checkpoint.
+  // Re-listed when the job moves on (a new step may have saved a checkpoint), not per event.
+  update() {
+    const job = this.page.job;
+    const progress = job ? `${job.status}:${job.steps_completed}` : "";
+    if (!job || progress === this.knownProgress) return;
+    this.knownProgress = progress;
+    this.loadModels();
+  }
+
+  async loadModels() {
+    const job = this.page.job;
+    let checkpoints;
+    try {
+      checkpoints = await api(jobPath(job.id, "/checkpoints"));
+    } catch (failure) {
+      this.message.textContent = `Could not list checkpoints: ${failure.message}`;
+      return;
+    }
+    const models = [[job.base_model, `base: ${job.base_model}`]];
+    if (checkpoints.final_adapter_path) models.push([job.id, "final adapter"]);
+    for (const checkpoint of [...checkpoints.data].reverse()) {
+      models.push([`${job.id}:checkpoint-${checkpoint.step}`, `checkpoint ${checkpoint.step}`]);
+    }
+    const signature = models.map(([value]) => value).join("|");
+    if (signature === this.knownModels) return;
+    this.knownModels = signature;
+    const keep = [this.left.value, this.right.value];
+    const options = () => models.map(([value, label]) => el("option", { value }, label));
+    setChildren(this.left, options());
+    setChildren(this.right, options());
+    const values = models.map(([value]) => value);
+    this.left.value = values.includes(keep[0]) && keep[0] ? keep[0] : values[0];
+    this.right.value = values.includes(keep[1]) && keep[1] ? keep[1] : values[Math.min(1, values.length - 1)];
+  }
+
+  async generate() {
+    const text = this.prompt.value;
+    if (!text.trim()) { this.message.textContent = "Write a prompt first."; return; }
+    const messages = [{ role: "user", content: text }];
+    const settings = { max_tokens: Number(this.maxTokens.value) || 64,
+      temperature: Number(this.temperature.value) || 0 };
+    this.run.disabled = true;
+    this.message.textContent = "Generating…";
+    for (const slot of this.slots) slot.element.dataset.state = "running";
+    let config = null;
+    try {
+      config = await api(jobPath(this.page.jobId, "/config"));
+    } catch (failure) {
+      this.message.textContent = `Could not read the job's reward functions: ${failure.message}`;
+    }
+    const models = [this.left.value, this.right.value];
+    await Promise.all(this.slots.map((slot, index) =>
+      this.fill(slot, models[index], messages, settings, config)));
+    this.run.disabled = false;
+    this.message.textContent = "Scored by the job's current reward functions" +
+      (config ? ` (config v${config.version}).` : ".");
+  }
+
+  async fill(slot, model, messages, settings, config) {
+    setChildren(slot.title, model);
+    setChildren(slot.answer, "…");
+    setChildren(slot.scores);
+    slot.element.dataset.state = "running";
+    let answer;
+    try {
+      const reply = await apiPost("/v1/chat/completions", { model, messages, ...settings });
+      answer = reply.choices[0].message.content;
+    } catch (failure) {
+      slot.answer.textContent = "";
+      setChildren(slot.scores, el("tr", null, el("td", { class: "error" }, failure.message)));
+      slot.element.dataset.state = "error";
+      return;
+    }
+    slot.answer.textContent = answer;
+    if (config) await this.score(slot, messages, answer, config);
+    slot.element.dataset.state = "done";
+  }
+
+  async score(slot, messages, answer, config) {
+    const functions = {};
+    for (const [name, fn] of Object.entries(config.reward_functions)) {
+      functions[name] = { source: fn.source, weight: fn.weight };
+    }
+    let result;
+    try {
+      result = await apiPost("/v1/reward-functions/test", {
+        reward_functions: functions, allow_network: config.allow_network,
+        samples: [{ prompt: messages, completion: answer }],
+      });
+    } catch (failure) {
+      setChildren(slot.scores, el("tr", null, el("td", { class: "error" },
+        `Scoring failed: ${failure.message}`)));
+      return;
+    }
+    const rows = Object.entries(result.results).map(([name, outcome]) => el("tr",
+      { "data-function": name }, el("td", { class: "mono small" }, name),
+      el("td", { class: "num", "data-score": name }, outcome.errors.length ?
+        el("span", { class: "error", title: outcome.errors[0].message }, "error") :
+        formatNumber(outcome.scores[0]))));
+    rows.push(el("tr", null, el("td", { class: "strong" }, "total"),
+      el("td", { class: "num strong", "data-score": "total" }, formatNumber(result.totals[0]))));
+    setChildren(slot.scores, rows);
   }
 }
 
