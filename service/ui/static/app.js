@@ -381,6 +381,7 @@ class JobPage {
       this.renderHeader();
     } else if (event !== "end") {
       this.events.push({ ...data, kind: event });
+      if (event === "warning" && this.job) this.renderHeader();
     }
     for (const panel of Object.values(this.panels)) if (panel.update) panel.update();
   }
@@ -422,8 +423,33 @@ class JobPage {
       job.name ? el("div", { class: "muted small mono" }, job.id) : null,
       el("dl", { class: "facts" }, facts.map(([term, value]) =>
         el("div", null, el("dt", null, term), el("dd", null, value)))),
-      job.failure_reason ? el("p", { class: "error" }, job.failure_reason) : null);
+      job.failure_reason ? el("p", { class: "error" }, job.failure_reason) : null,
+      warningBanner(this.warnings()));
   }
+
+  // The job's stored warnings, and those that arrived as events since the job was last sent.
+  warnings() {
+    const seen = new Map();
+    const fromEvents = this.events.filter((event) => event.kind === "warning")
+      .map((event) => ({ ...event.data, message: event.message, step: event.step }));
+    for (const warning of [...(this.job.warnings || []), ...fromEvents]) {
+      seen.set(`${warning.kind}|${warning.step}|${warning.message}`, warning);
+    }
+    return [...seen.values()];
+  }
+}
+
+// Warnings say the run may not be learning (no reward signal, signs of reward hacking): they
+// stay in view above the tabs, not only in the event feed.
+function warningBanner(warnings) {
+  if (!warnings.length) return null;
+  const title = warnings.length === 1 ? "1 warning" : `${warnings.length} warnings`;
+  return el("div", { class: "warning-banner", id: "job-warnings", role: "alert" },
+    el("strong", null, `⚠ ${title}`),
+    el("ul", null, warnings.map((warning) => el("li", { "data-warning-kind": warning.kind },
+      warning.step !== null && warning.step !== undefined
+        ? el("span", { class: "muted small" }, `step ${warning.step}: `) : null,
+      warning.message))));
 }
 
 // ---------------------------------------------------------------- charts

@@ -1,0 +1,77 @@
+"""The dashboard shows a run's warnings prominently: a banner above the tabs, and highlighted
+warning events in the feed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from service.stack import LocalStack
+from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
+from tests.tiny import TINY_HYPERPARAMETERS
+
+pytestmark = pytest.mark.integration
+
+CONSTANT = "def constant(prompt, completion, example):\n    return 0.0\n"
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(20_000)
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def test_a_run_without_signal_shows_its_warnings(
+    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
+) -> None:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in ("yes", "no", "maybe")])
+    job_id = create_job(
+        client,
+        {
+            "name": "no signal",
+            "dataset_id": dataset_id,
+            "reward_functions": {"constant": {"source": CONSTANT}},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": 3,
+                "num_generations": 4,
+                "warning_patience": 2,
+            },
+        },
+    )["id"]
+    job = wait_for(client, job_id)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    kinds = [w["kind"] for w in job["warnings"]]
+    assert "no_signal" in kinds and "no_signal_run" in kinds, kinds
+
+    page.goto(f"{stack.base_url}/ui/")
+    page.fill("#api-key", api_key)
+    page.click("#sign-in button[type=submit]")
+    page.click(f"tr[data-job-id='{job_id}'] a")
+
+    banner = page.locator("#job-warnings")
+    expect(banner).to_be_visible()
+    expect(banner.locator("li")).to_have_count(len(job["warnings"]))
+    expect(banner).to_contain_text(f"{len(job['warnings'])} warnings")
+    expect(banner.locator("li[data-warning-kind=no_signal_run]")).to_contain_text(
+        "learned from (almost) nothing"
+    )
+    expect(banner.locator("li[data-warning-kind=no_signal]")).to_contain_text("step 2:")
+    # Above the tabs, so it is seen whichever tab is open.
+    banner_box, tabs_box = banner.bounding_box(), page.locator("nav.tabs").bounding_box()
+    assert banner_box is not None and tabs_box is not None
+    assert banner_box["y"] < tabs_box["y"]
+
+    # The feed highlights the same warnings among the other events.
+    events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
+    warning_events = [e for e in events if e["kind"] == "warning"]
+    feed_warnings = page.locator("#event-feed > li[data-kind=warning]")
+    expect(feed_warnings).to_have_count(len(warning_events))
+    background = feed_warnings.first.evaluate("node => getComputedStyle(node).backgroundColor")
+    assert background not in ("rgba(0, 0, 0, 0)", "transparent"), background
