@@ -82,6 +82,7 @@ def _up(args: argparse.Namespace) -> int:
         print(f"\nrft is up: {stack.base_url}  (API docs: {stack.base_url}/docs)")
         print(f"dashboard: {stack.base_url}/ui/  (sign in with the key below)")
         print(f"development API key (tenant {DEV_TENANT!r}): {key}")
+        print(f"chat with models: {stack.base_url}/v1/chat/completions (RFT_INFERENCE_URL)")
         print(f"logs: {stack.log_dir}\n", flush=True)
         try:
             if args.demo:
