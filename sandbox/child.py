@@ -66,6 +66,9 @@ PR_SET_PDEATHSIG = 1
 # A plain per-sample function moves to the thread pool once one sample takes this long: below
 # it the function is CPU-bound or trivial, and threads would only add overhead under the GIL.
 POOL_AFTER_SAMPLE_S = 0.002
+# ...and only when its samples mostly wait: CPU time below this share of the wall time. A call
+# to a remote judge uses ~1-3 %; CPU-bound code gets far more, even on a loaded host.
+WAITING_SHARE = 0.1
 # Threads scoring samples, per process (each job has its own processes). Threads count against
 # RLIMIT_NPROC and their stacks against RLIMIT_AS, so both the count and the stack are capped.
 MAX_SAMPLE_THREADS = 32
@@ -496,7 +499,8 @@ class RewardRunner:
         )
         clock = time.monotonic
         stop, slow_samples = count, 0
-        previous_start = clock()
+        previous_start = loop_start = clock()
+        loop_cpu_start = time.thread_time()
         timer = self._sample_timer = SampleTimer(deadline, sample_limit, previous_start)
         index = first
         try:
@@ -510,9 +514,14 @@ class RewardRunner:
                     # a regex compiled on first use), not a function that waits.
                     slow_samples += 1
                     if slow_samples == 2:
-                        loaded.slow = True
-                        stop = index
-                        break
+                        # Only a function that waits gains from threads; a CPU-bound one would
+                        # hold the GIL all the same, with 32 times the memory in flight.
+                        cpu = time.thread_time() - loop_cpu_start
+                        if cpu < WAITING_SHARE * (started - loop_start):
+                            loaded.slow = True
+                            stop = index
+                            break
+                        switch_after = math.inf
                 else:
                     slow_samples = 0
                 previous_start = timer.sample_started = started

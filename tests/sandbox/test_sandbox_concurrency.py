@@ -119,6 +119,25 @@ def test_slow_plain_functions_run_in_threads_and_1_keeps_them_sequential(
     assert second.scores[0] is not None and not second.errors
 
 
+def test_slow_cpu_bound_functions_stay_on_one_thread(sandbox: ProcessSandbox) -> None:
+    # Threads cannot speed up code that holds the GIL, and would multiply its memory.
+    source = """
+    import threading, time
+    def busy(prompt, completion, example):
+        started, cpu_started = time.monotonic(), time.thread_time()
+        while time.thread_time() < cpu_started + 0.005:
+            pass
+        print(f"cpu share {(time.thread_time() - cpu_started) / (time.monotonic() - started)}")
+        return float(threading.current_thread() is threading.main_thread())
+    """
+    sandbox.load([spec("busy", source, max_concurrency=8)])
+    result = sandbox.score(batch(8))["busy"]
+    shares = [float(line.split()[-1]) for line in result.logs.splitlines()]
+    if min(shares) < 0.2:
+        pytest.skip(f"the host is too loaded to tell CPU-bound code from waiting: {shares}")
+    assert result.scores == [1.0] * 8
+
+
 @pytest.mark.parametrize(
     ("form", "options"),
     [
