@@ -6,13 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.demo import demo_dataset
-from service.jobs.hyperparameters import Hyperparameters
-from tests.tiny import TINY_HYPERPARAMETERS
-from tests.training.harness import RecordingObserver, letter_config, reward_sandbox
-from tests.vllm_generation.conftest import MODEL_CACHE_DIR
-from tests.vllm_generation.test_vllm_training import vllm_generation
-from workers.training.grpo import TrainingSpec, run_grpo
+from tests.vllm_generation.test_vllm_training import train
 
 pytestmark = pytest.mark.vllm
 
@@ -21,29 +15,13 @@ MAX_TOKENS = 24
 
 def test_vllm_completions_end_at_their_first_stop_sequence(tmp_path: Path) -> None:
     stop = " "  # the tiny model writes words: unstopped, its 24-token completions hold several
-    spec = TrainingSpec(
-        base_model="rft-tiny",
-        dataset=demo_dataset(),
-        reward_config=letter_config(),
-        hyperparameters=Hyperparameters.model_validate(
-            {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": 1,
-                "max_completion_length": MAX_TOKENS,
-                "stop": [stop],
-                "mask_truncated_completions": True,
-            }
-        ),
-        output_dir=tmp_path,
-        model_cache_dir=MODEL_CACHE_DIR,
-        generation=vllm_generation(),
+    observer = train(
+        tmp_path,
+        train_steps=1,
+        max_completion_length=MAX_TOKENS,
+        stop=[stop],
+        mask_truncated_completions=True,
     )
-    observer = RecordingObserver()
-    sandbox = reward_sandbox()
-    try:
-        run_grpo(spec, sandbox, observer)
-    finally:
-        sandbox.close()
 
     completions = observer.records[0].completions
     stopped = [c for c in completions if stop in c.completion]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,13 +41,13 @@ def vllm_generation() -> Generation:
     )
 
 
-def train(output_dir: Path, train_steps: int) -> RecordingObserver:
+def train(output_dir: Path, train_steps: int, **hyperparameters: Any) -> RecordingObserver:
     spec = TrainingSpec(
         base_model="rft-tiny",
         dataset=demo_dataset(),
         reward_config=letter_config(),
         hyperparameters=Hyperparameters.model_validate(
-            {**TINY_HYPERPARAMETERS, "train_steps": train_steps, "seed": 0}
+            {**TINY_HYPERPARAMETERS, "train_steps": train_steps, "seed": 0, **hyperparameters}
         ),
         output_dir=output_dir,
         model_cache_dir=MODEL_CACHE_DIR,
