@@ -112,10 +112,11 @@ class ModelPool:
                 base.model.load_adapter(str(directory), adapter_name=name)
             base.model.eval()
             base.adapters[name] = uri
-            while len(base.adapters) > self.max_adapters:
-                evicted, _ = base.adapters.popitem(last=False)
-                base.model.delete_adapter(evicted)
+        # Active before evicting: PEFT warns (and picks another) when the active one goes.
         base.model.set_adapter(name)
+        while len(base.adapters) > self.max_adapters:
+            evicted, _ = base.adapters.popitem(last=False)
+            base.model.delete_adapter(evicted)
         return name
 
     def _adapter_directory(self, uri: str, name: str) -> Path:
