@@ -52,4 +52,9 @@ def job_view(job: Job, steps: Sequence[Step]) -> Group:
             _number(metrics.std if metrics else None),
             sparkline(history),
         )
-    return Group(Text(title), table)
+    # What the run warned about (no learning signal, signs of reward hacking) stays in view.
+    warnings = [
+        Text(f"warning (step {w.get('step')}): {w.get('message')}", style="yellow")
+        for w in job.warnings
+    ]
+    return Group(Text(title), table, *warnings)

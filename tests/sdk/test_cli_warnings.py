@@ -1,0 +1,53 @@
+"""``rft jobs watch`` keeps a run's warnings in view under its table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from rft.cli.watch import job_view
+from rft.models import Job
+
+NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+def job(**fields: object) -> Job:
+    return Job.model_validate(
+        {
+            "id": "job_1",
+            "name": None,
+            "status": "succeeded",
+            "failure_reason": None,
+            "base_model": "rft-tiny",
+            "dataset_id": "ds_1",
+            "hyperparameters": {"train_steps": 3},
+            "config_version": 1,
+            "applied_config_version": 1,
+            "steps_completed": 3,
+            "allow_network": False,
+            "created_at": NOW,
+            "started_at": NOW,
+            "finished_at": NOW,
+            **fields,
+        }
+    )
+
+
+def rendered(view: object) -> str:
+    console = Console(width=200, record=True)
+    console.print(view)
+    return console.export_text()
+
+
+def test_warnings_are_listed_under_the_table() -> None:
+    warned = job(
+        warnings=[
+            {"kind": "no_signal", "step": 3, "message": "3 steps in a row with no signal"},
+            {"kind": "no_signal_run", "step": 3, "message": "the run learned from nothing"},
+        ]
+    )
+    text = rendered(job_view(warned, []))
+    assert "warning (step 3): 3 steps in a row with no signal" in text
+    assert "warning (step 3): the run learned from nothing" in text
+    assert "warning" not in rendered(job_view(job(), []))
