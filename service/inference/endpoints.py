@@ -26,7 +26,7 @@ def create_chat_completion(
     """OpenAI-compatible chat completion from a base model, a job's adapter or a checkpoint."""
     settings = get_settings()
     service.check_request(body, service.chat_max_tokens(body), settings)
-    served = service.resolve_model(session, tenant_id, body.model, settings)
+    served = service.resolve_model(session, tenant_id, body.model)
     # A generation can take minutes: give the database connection back before it starts.
     session.close()
     return service.create_chat_completion(served, body, settings)
@@ -39,6 +39,6 @@ def create_completion(
     """OpenAI-compatible text completion (no chat template) from the same models."""
     settings = get_settings()
     service.check_request(body, service.completion_max_tokens(body), settings)
-    served = service.resolve_model(session, tenant_id, body.model, settings)
+    served = service.resolve_model(session, tenant_id, body.model)
     session.close()
     return service.create_completion(served, body, settings)

@@ -4,7 +4,10 @@ Model names are resolved here and only here (issue 15's ``fine_tuned_model`` nam
 to be added to ``resolve_model``):
 - ``<job id>``: the job's final adapter on its base model;
 - ``<job id>:checkpoint-<step>``: that checkpoint's adapter;
-- anything else: a base model, accepted by the same pre-flight as a job's ``base_model``.
+- anything else: a base model, served when it is the built-in one or one of the tenant's jobs
+  trains on it. Not any hub id: that would let any caller make the inference server download
+  and hold any model; the workers already load a job's base model, so serving it costs nothing
+  new, and it needs no hub round trip per request.
 A job of another tenant is a 404, exactly like a missing one.
 
 The API has no torch: generation happens in the inference server (workers.inference), which
@@ -22,9 +25,10 @@ import httpx
 from sqlalchemy.orm import Session
 
 from service.artifacts.service import checkpoint_uri, final_adapter_uri
-from service.base_models.service import UnknownBaseModel, check_base_model
+from service.base_models.service import TINY_MODEL_NAME
 from service.errors import BadRequest, NotFound, ServiceUnavailable
 from service.inference.protocol import AdapterRef, GenerationRequest, GenerationResult
+from service.inference.repository import InferenceRepository
 from service.inference.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -62,7 +66,7 @@ class ServedModel:
     adapter_uri: str | None
 
 
-def resolve_model(session: Session, tenant_id: str, name: str, settings: Settings) -> ServedModel:
+def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
     job_id, colon, suffix = name.partition(":")
     if colon:
         match = CHECKPOINT_SUFFIX.match(suffix)
@@ -81,14 +85,12 @@ def resolve_model(session: Session, tenant_id: str, name: str, settings: Setting
             base_model=job.base_model,
             adapter_uri=final_adapter_uri(session, tenant_id, job.id),
         )
-    try:
-        check_base_model(name, settings)
-    except UnknownBaseModel as exc:
-        raise UnknownModel(
-            f"model {name!r} is neither a job id, '<job id>:checkpoint-<step>', nor a base "
-            f"model ({exc.detail})"
-        ) from None
-    return ServedModel(name=name, base_model=name, adapter_uri=None)
+    if name == TINY_MODEL_NAME or InferenceRepository(session).tenant_trains_on(tenant_id, name):
+        return ServedModel(name=name, base_model=name, adapter_uri=None)
+    raise UnknownModel(
+        f"model {name!r} is neither a job id, '<job id>:checkpoint-<step>', {TINY_MODEL_NAME!r}, "
+        "nor the base model of one of your jobs"
+    )
 
 
 def chat_max_tokens(body: ChatCompletionCreate) -> int:

@@ -176,6 +176,9 @@ def test_unknown_models_and_absurd_parameters_are_4xx(
 ) -> None:
     unknown = chat(tenant, "no such model")
     assert unknown.status_code == 404 and "'no such model'" in unknown.json()["detail"]
+    # A hub id no job of this tenant trains on is not downloaded on request.
+    unused = chat(tenant, "Qwen/Qwen2.5-0.5B-Instruct")
+    assert unused.status_code == 404 and "base model of one of your jobs" in unused.text
     missing_job = chat(tenant, "job_0123456789abcdef")
     assert missing_job.status_code == 404 and "job_0123456789abcdef" in missing_job.text
 
