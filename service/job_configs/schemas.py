@@ -61,10 +61,10 @@ class JobConfigUpdate(RewardModuleInput):
     reward_functions: Annotated[
         dict[str, RewardFunctionUpdate],
         AfterValidator(check_reward_function_names),
-        # The validator's rules, stated in the OpenAPI document.
+        # The validator's rules, stated in the OpenAPI document (at least one function, here
+        # or in reward_module: RewardModuleInput states that).
         Field(
             json_schema_extra={
-                "minProperties": 1,
                 "maxProperties": MAX_REWARD_FUNCTIONS,
                 "propertyNames": {"pattern": FUNCTION_NAME.pattern},
             }

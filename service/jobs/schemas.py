@@ -157,6 +157,20 @@ RewardFunctions = Annotated[
 class RewardModuleInput(BaseModel):
     """A request's optional reward_module, whose functions join its reward_functions."""
 
+    # At least one reward function, from either field (what check_reward_function_names
+    # enforces once the module's functions are added), for the OpenAPI document.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["reward_module"]},
+                {
+                    "required": ["reward_functions"],
+                    "properties": {"reward_functions": {"minProperties": 1}},
+                },
+            ]
+        }
+    )
+
     reward_module: RewardModule | None = Field(
         None,
         description="One module's source and which of its functions are rewards, beside or "

@@ -71,8 +71,15 @@ def test_each_operation_lists_its_errors(
 
 def test_the_document_states_the_body_rules(document: dict) -> None:
     schemas = document["components"]["schemas"]
+    # At least one reward function, in reward_functions or from reward_module.
+    for name in ("JobCreate", "JobConfigUpdate", "RewardFunctionTest"):
+        assert {"required": ["reward_module"]} in schemas[name]["anyOf"]
+        assert {
+            "required": ["reward_functions"],
+            "properties": {"reward_functions": {"minProperties": 1}},
+        } in schemas[name]["anyOf"]
     update = schemas["JobConfigUpdate"]["properties"]["reward_functions"]
-    assert update["minProperties"] == 1 and update["maxProperties"] == 16
+    assert update["maxProperties"] == 16
     assert update["propertyNames"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]{0,63}$"
     seed = schemas["Hyperparameters"]["properties"]["seed"]
     assert seed["maximum"] == 2**32 - 1
