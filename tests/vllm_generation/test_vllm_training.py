@@ -85,3 +85,14 @@ def test_control_without_weight_sync_the_gap_shows(
     # Step 1 generates with the base weights either way; the policy then moves without vLLM.
     assert gaps[0] < SYNCED_GAP_BOUND
     assert max(gaps[1:]) > 4 * SYNCED_GAP_BOUND, gaps
+
+
+def test_micro_batched_steps_generate_once_each_with_the_trained_weights(tmp_path: Path) -> None:
+    # 16 completions a step, backward in 4 micro-batches: vLLM still generates once per step,
+    # with the weights of the step before.
+    observer = train(tmp_path / "micro", train_steps=3, micro_batch_size=4)
+    assert [record.step for record in observer.records] == [1, 2, 3]
+    completions = TINY_HYPERPARAMETERS["prompts_per_step"] * TINY_HYPERPARAMETERS["num_generations"]
+    assert all(len(record.completions) == completions for record in observer.records)
+    gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
+    assert max(gaps) < SYNCED_GAP_BOUND, gaps
