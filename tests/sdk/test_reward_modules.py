@@ -4,6 +4,7 @@ file named as a RewardModule, trained on the real stack."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +105,14 @@ def test_the_cli_creates_a_job_from_a_tutorial_file(rft_client: rft.Client, tmp_
         "    strict_format_reward_func: {weight: 0.5, max_concurrency: 1}\n"
         "reward_functions:\n"
         "  ints: {source_file: rewards.py, function: int_reward_func}\n"
-        "hyperparameters: {train_steps: 1, learning_rate: 0.02, num_generations: 8,"
-        " prompts_per_step: 2, max_completion_length: 16, beta: 0.0, loss_type: dapo}\n"
+        f"hyperparameters: {json.dumps({**TINY_HYPERPARAMETERS, 'train_steps': 1})}\n"
     )
     cli = CliRunner(env={"RFT_API_KEY": rft_client.api_key, "RFT_BASE_URL": rft_client.base_url})
     result = cli.invoke(app, ["jobs", "create", "-f", str(tmp_path / "job.yaml")])
     assert result.exit_code == 0, result.output
     job_id = result.output.split("created job ")[1].split()[0]
-    rft_client.jobs.cancel(job_id)  # the config is what this test checks; training is above
+    finished = rft_client.jobs.wait(job_id, timeout=600, poll_interval=0.5)
+    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
     config = rft_client.jobs.get_config(job_id)
     assert set(config.reward_functions) == {
         "correctness_reward_func",
