@@ -68,6 +68,10 @@ def test_a_run_without_signal_shows_its_warnings(
     assert banner_box is not None and tabs_box is not None
     assert banner_box["y"] < tabs_box["y"]
 
+    # The last step's share of groups without signal, beside the other step figures.
+    tile = page.locator(".tile", has_text="Groups without signal")
+    expect(tile.locator(".tile-value")).to_have_text("100 %")
+
     # The feed highlights the same warnings among the other events.
     events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
     warning_events = [e for e in events if e["kind"] == "warning"]

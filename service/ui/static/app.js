@@ -748,6 +748,10 @@ class ChartsPanel {
       ["Reward std", last ? formatNumber(last.reward_std) : "–"],
       ["Loss", last ? formatNumber(last.loss) : "–"],
       ["KL", last ? formatNumber(last.kl) : "–"],
+      // Groups whose completions all got the same reward teach GRPO nothing.
+      ["Groups without signal", last && last.frac_reward_zero_std !== null &&
+        last.frac_reward_zero_std !== undefined
+        ? `${Math.round(last.frac_reward_zero_std * 100)} %` : "–"],
       ["Seconds per step", last ? formatNumber(last.duration_s, 2) : "–"],
     ];
     setChildren(this.tiles, ...tiles.map(([label, value]) =>
