@@ -31,6 +31,11 @@ class GenerationRequest(BaseModel):
     n: int
     seed: int | None = None
     stop: list[str] = Field(default_factory=list)
+    stream: bool = Field(
+        False,
+        description='Answer NDJSON lines as the text grows: {"delta": text} lines, then '
+        '{"result": GenerationResult}. One choice only.',
+    )
 
 
 class GeneratedChoice(BaseModel):
@@ -42,3 +47,10 @@ class GeneratedChoice(BaseModel):
 class GenerationResult(BaseModel):
     choices: list[GeneratedChoice]
     prompt_tokens: int
+
+
+class StreamLine(BaseModel):
+    """One line of a streamed generation: a piece of text, or at the end the whole result."""
+
+    delta: str | None = None
+    result: GenerationResult | None = None

@@ -36,6 +36,12 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = Field(False, description="A last chunk carries the usage.")
+
+
 class SamplingParameters(BaseModel):
     """What both endpoints share."""
 
@@ -54,7 +60,10 @@ class SamplingParameters(BaseModel):
     stop: str | list[str] | None = Field(
         None, description=f"Up to {MAX_STOP_SEQUENCES} strings that end a completion."
     )
-    stream: bool = Field(False, description="Streaming is not supported yet: must be false.")
+    stream: bool = Field(
+        False, description="Server-sent events as OpenAI streams them (one choice: n=1)."
+    )
+    stream_options: StreamOptions | None = None
 
     @field_validator("stop")
     @classmethod
@@ -62,6 +71,9 @@ class SamplingParameters(BaseModel):
         if isinstance(stop, list) and len(stop) > MAX_STOP_SEQUENCES:
             raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
         return stop
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

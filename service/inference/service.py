@@ -16,10 +16,13 @@ gets a base model and an artifact URI, never a tenant or a job id.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from sqlalchemy.orm import Session
@@ -27,7 +30,12 @@ from sqlalchemy.orm import Session
 from service.artifacts.service import checkpoint_uri, final_adapter_uri
 from service.base_models.service import TINY_MODEL_NAME
 from service.errors import BadRequest, NotFound, ServiceUnavailable
-from service.inference.protocol import AdapterRef, GenerationRequest, GenerationResult
+from service.inference.protocol import (
+    AdapterRef,
+    GenerationRequest,
+    GenerationResult,
+    StreamLine,
+)
 from service.inference.repository import InferenceRepository
 from service.inference.schemas import (
     AssistantMessage,
@@ -103,8 +111,8 @@ def completion_max_tokens(body: CompletionCreate) -> int:
 
 def check_request(body: SamplingParameters, max_tokens: int, settings: Settings) -> None:
     """Refuse what the inference server should never be asked (before any model is resolved)."""
-    if body.stream:
-        raise BadRequest("stream=true is not supported yet: send stream=false (the default)")
+    if body.stream and body.n > 1:
+        raise BadRequest("stream=true streams one choice: send n=1, or stream=false")
     if max_tokens > settings.inference_max_tokens:
         raise BadRequest(
             f"max_tokens {max_tokens} is above this server's limit of "
@@ -156,16 +164,15 @@ def create_completion(
     )
 
 
-def _generate(
+def _generation_request(
     served: ServedModel,
     body: SamplingParameters,
     max_tokens: int,
-    settings: Settings,
     *,
     messages: list[dict[str, str]] | None = None,
     prompt: str | None = None,
-) -> GenerationResult:
-    request = GenerationRequest(
+) -> GenerationRequest:
+    return GenerationRequest(
         base_model=served.base_model,
         adapter=AdapterRef(uri=served.adapter_uri) if served.adapter_uri else None,
         messages=messages,
@@ -176,34 +183,155 @@ def _generate(
         n=body.n,
         seed=body.seed,
         stop=body.stop_list(),
+        stream=body.stream,
     )
+
+
+def _generate(
+    served: ServedModel,
+    body: SamplingParameters,
+    max_tokens: int,
+    settings: Settings,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    prompt: str | None = None,
+) -> GenerationResult:
+    request = _generation_request(served, body, max_tokens, messages=messages, prompt=prompt)
+    client, response = _send(served, request, settings)
+    try:
+        return GenerationResult.model_validate_json(response.read())
+    finally:
+        response.close()
+        client.close()
+
+
+def _send(
+    served: ServedModel, request: GenerationRequest, settings: Settings
+) -> tuple[httpx.Client, httpx.Response]:
+    """The inference server's answer, its body not read yet; anything but a 200 is raised."""
     if not settings.inference_url:
         raise InferenceUnavailable(
             "no inference server is configured: set RFT_INFERENCE_URL to a running "
             "`rft-server inference` (`rft-server up` starts one)"
         )
     url = settings.inference_url.rstrip("/") + "/v1/generate"
+    client = httpx.Client(timeout=settings.inference_timeout_s)
     try:
-        response = httpx.post(
-            url, json=request.model_dump(mode="json"), timeout=settings.inference_timeout_s
+        response = client.send(
+            client.build_request("POST", url, json=request.model_dump(mode="json")), stream=True
         )
     except httpx.TimeoutException:
+        client.close()
         raise InferenceUnavailable(
             f"the inference server did not answer within {settings.inference_timeout_s} s "
             "(RFT_INFERENCE_TIMEOUT_S)"
         ) from None
     except httpx.HTTPError as exc:
+        client.close()
         raise InferenceUnavailable(
             f"the inference server at RFT_INFERENCE_URL={settings.inference_url} cannot be "
             f"reached ({type(exc).__name__}); start it with `rft-server inference`"
         ) from None
+    if response.status_code == 200:
+        return client, response
+    response.read()
+    response.close()
+    client.close()
     if response.status_code == 400:
         raise BadRequest(f"model {served.name!r}: {_detail(response)}")
-    if response.status_code != 200:
-        raise InferenceUnavailable(
-            f"the inference server answered {response.status_code}: {_detail(response)}"
-        )
-    return GenerationResult.model_validate(response.json())
+    raise InferenceUnavailable(
+        f"the inference server answered {response.status_code}: {_detail(response)}"
+    )
+
+
+def stream_chat_completion(
+    served: ServedModel, body: ChatCompletionCreate, settings: Settings
+) -> Iterator[bytes]:
+    """Server-sent events as OpenAI streams them: chat.completion.chunk objects, then [DONE].
+
+    The inference server is asked before this returns, so a refusal is still an HTTP error."""
+    request = _generation_request(
+        served,
+        body,
+        chat_max_tokens(body),
+        messages=[{"role": m.role, "content": m.text()} for m in body.messages],
+    )
+    head = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": served.name,
+    }
+
+    def choice(delta: dict[str, str], finish_reason: str | None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+
+    def events(pieces: Iterator[StreamLine]) -> Iterator[dict[str, Any]]:
+        yield {**head, "choices": [choice({"role": "assistant", "content": ""}, None)]}
+        for line in pieces:
+            if line.delta is not None:
+                yield {**head, "choices": [choice({"content": line.delta}, None)]}
+            elif line.result is not None:
+                finish = line.result.choices[0].finish_reason
+                yield {**head, "choices": [choice({}, finish)]}
+                if body.include_usage():
+                    yield {**head, "choices": [], "usage": _usage(line.result).model_dump()}
+
+    return _server_sent_events(served, request, settings, events)
+
+
+def stream_completion(
+    served: ServedModel, body: CompletionCreate, settings: Settings
+) -> Iterator[bytes]:
+    """Server-sent text_completion chunks, as OpenAI streams /v1/completions."""
+    request = _generation_request(
+        served, body, completion_max_tokens(body), prompt=body.prompt_text()
+    )
+    head = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": served.name,
+    }
+
+    def choice(text: str, finish_reason: str | None) -> dict[str, Any]:
+        return {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+    def events(pieces: Iterator[StreamLine]) -> Iterator[dict[str, Any]]:
+        for line in pieces:
+            if line.delta is not None:
+                yield {**head, "choices": [choice(line.delta, None)]}
+            elif line.result is not None:
+                yield {**head, "choices": [choice("", line.result.choices[0].finish_reason)]}
+                if body.include_usage():
+                    yield {**head, "choices": [], "usage": _usage(line.result).model_dump()}
+
+    return _server_sent_events(served, request, settings, events)
+
+
+def _server_sent_events(
+    served: ServedModel,
+    request: GenerationRequest,
+    settings: Settings,
+    events: Callable[[Iterator[StreamLine]], Iterator[dict[str, Any]]],
+) -> Iterator[bytes]:
+    client, response = _send(served, request, settings)
+
+    def lines() -> Iterator[StreamLine]:
+        for line in response.iter_lines():
+            if line.strip():
+                yield StreamLine.model_validate_json(line)
+
+    def stream() -> Iterator[bytes]:
+        try:
+            for event in events(lines()):
+                yield f"data: {json.dumps(event)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            response.close()
+            client.close()
+
+    return stream()
 
 
 def _detail(response: httpx.Response) -> str:

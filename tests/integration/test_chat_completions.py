@@ -9,6 +9,7 @@ greedy decoding.
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -151,6 +152,65 @@ def test_sampling_honours_n_seed_and_stop(
     assert stopped["finish_reason"] == "stop"
 
 
+def server_sent_events(client: httpx.Client, path: str, body: dict[str, Any]) -> list[Any]:
+    with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        data = [line[len("data: ") :] for line in response.iter_lines() if line]
+    assert data[-1] == "[DONE]"
+    return [json.loads(item) for item in data[:-1]]
+
+
+def test_streaming_gives_the_same_text_in_pieces(
+    tenant: httpx.Client, trained_job: dict[str, Any]
+) -> None:
+    for model in ("rft-tiny", trained_job["id"]):
+        whole = answer(tenant, model, max_tokens=24)
+        chunks = server_sent_events(
+            tenant,
+            "/v1/chat/completions",
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": PROMPT}],
+                "temperature": 0,
+                "max_tokens": 24,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+        assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+        assert len({chunk["id"] for chunk in chunks}) == 1
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        assert text == whole
+        assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+
+    # A stop string cuts the stream where it cuts the whole answer.
+    full = answer(tenant, "rft-tiny", max_tokens=24)
+    stop = full[len(full) // 2 :][:2]
+    chunks = server_sent_events(
+        tenant,
+        "/v1/chat/completions",
+        {
+            "model": "rft-tiny",
+            "messages": [{"role": "user", "content": PROMPT}],
+            "temperature": 0,
+            "max_tokens": 24,
+            "stop": [stop],
+            "stream": True,
+        },
+    )
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == full[: full.find(stop)] and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+    body = {"model": trained_job["id"], "prompt": "the cat", "temperature": 0}
+    whole_text = tenant.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    chunks = server_sent_events(tenant, "/v1/completions", {**body, "stream": True})
+    assert {chunk["object"] for chunk in chunks} == {"text_completion"}
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole_text
+
+
 def test_text_completions(tenant: httpx.Client, trained_job: dict[str, Any]) -> None:
     response = tenant.post(
         "/v1/completions",
@@ -184,8 +244,8 @@ def test_unknown_models_and_absurd_parameters_are_4xx(
 
     too_long = chat(tenant, trained_job["id"], max_tokens=10**9)
     assert too_long.status_code == 400 and "RFT_INFERENCE_MAX_TOKENS" in too_long.text
-    stream = chat(tenant, trained_job["id"], stream=True)
-    assert stream.status_code == 400 and "stream" in stream.json()["detail"]
+    stream = chat(tenant, trained_job["id"], stream=True, n=2)
+    assert stream.status_code == 400 and "n=1" in stream.json()["detail"]
     for field, value in [
         ("n", 1000),
         ("n", 0),
@@ -253,6 +313,15 @@ def test_the_official_openai_client(
         )
     assert reply.choices[0].message.content == expected.choices[0].message.content
     assert reply.model == trained_job["id"] and reply.usage is not None
+    streamed = client.chat.completions.create(
+        model=trained_job["id"],
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=16,
+        stream=True,
+    )
+    pieces = [chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices]
+    assert "".join(pieces) == reply.choices[0].message.content
     completion = client.completions.create(model="rft-tiny", prompt="the cat", max_tokens=4)
     assert completion.choices[0].finish_reason in ("stop", "length")
     with pytest.raises(openai.NotFoundError):

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,64 @@ class ModelPool:
             inputs = self._encode(base.tokenizer, request)
             return self._generate(base, inputs, request)
 
+    def stream(self, request: GenerationRequest) -> Iterator[str | GenerationResult]:
+        """Text as it is generated (one choice), then the whole result.
+
+        What is yielded is always a prefix of the final text: text that could still turn out
+        to begin a stop string is held back until it cannot. The lock is held until the
+        generation thread is done, also when the consumer stops early (it is cancelled then).
+        """
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                stop = cancelled.is_set()
+                return torch.full((input_ids.shape[0],), stop, device=input_ids.device)
+
+        cancelled = threading.Event()
+        with self._lock:
+            base = self._base(request.base_model)
+            if request.adapter is not None:
+                self._activate_adapter(base, request.adapter.uri)
+            inputs = self._encode(base.tokenizer, request)
+            streamer = TextIteratorStreamer(
+                base.tokenizer, skip_prompt=True, skip_special_tokens=True
+            )
+            outcome: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    extra = {
+                        "streamer": streamer,
+                        "stopping_criteria": StoppingCriteriaList([Cancelled()]),
+                    }
+                    outcome["result"] = self._generate(base, inputs, request, extra)
+                except BaseException as exc:  # re-raised in the consumer's thread
+                    outcome["error"] = exc
+                    streamer.end()
+
+            thread = threading.Thread(target=run, name="inference-stream", daemon=True)
+            thread.start()
+            try:
+                text, emitted = "", ""
+                for piece in streamer:
+                    text += piece
+                    stable = _stable_prefix(text, request.stop)
+                    if len(stable) > len(emitted):
+                        yield stable[len(emitted) :]
+                        emitted = stable
+                thread.join()
+                if "error" in outcome:
+                    raise outcome["error"]
+                result: GenerationResult = outcome["result"]
+                final = result.choices[0].text
+                if final.startswith(emitted) and len(final) > len(emitted):
+                    yield final[len(emitted) :]
+                yield result
+            finally:
+                cancelled.set()
+                thread.join()
+
     def _encode(self, tokenizer: PreTrainedTokenizerBase, request: GenerationRequest) -> Any:
         if request.messages is not None:
             if not tokenizer.chat_template:
@@ -157,7 +216,11 @@ class ModelPool:
         return tokenizer(request.prompt or "", return_tensors="pt")
 
     def _generate(
-        self, base: LoadedBase, inputs: Any, request: GenerationRequest
+        self,
+        base: LoadedBase,
+        inputs: Any,
+        request: GenerationRequest,
+        extra: dict[str, Any] | None = None,
     ) -> GenerationResult:
         tokenizer = base.tokenizer
         input_ids = inputs["input_ids"].to(self.device)
@@ -173,6 +236,7 @@ class ModelPool:
         }
         if sampling:
             options.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
+        options.update(extra or {})
         if request.seed is not None:
             torch.manual_seed(request.seed)
         model = base.model
@@ -215,3 +279,12 @@ class ModelPool:
             finish_reason="stop" if finish_reason == "stop" else "length",
             completion_tokens=len(generated),
         )
+
+
+def _stable_prefix(text: str, stops: list[str]) -> str:
+    """The part of ``text`` that stays in the answer whatever comes next."""
+    cuts = [text.find(stop) for stop in stops if stop and stop in text]
+    if cuts:
+        return text[: min(cuts)]
+    hold_back = max((len(stop) for stop in stops), default=1) - 1
+    return text[: len(text) - hold_back] if hold_back else text

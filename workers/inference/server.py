@@ -3,7 +3,7 @@
 Why a process of its own: the API has no torch (and must stay light and quick to restart),
 and a training worker's memory belongs to its job. This process holds base models and LoRA
 adapters in memory across requests (workers.inference.pool) and answers one internal route,
-``POST /v1/generate``, with plain generations; the API resolves model names and tenants and
+``POST /v1/generate``, with plain generations (whole, or streamed as NDJSON lines); the API resolves model names and tenants and
 speaks OpenAI's format. It has no database and no authentication of its own, so it must be
 reachable only by the API (it binds 127.0.0.1 unless RFT_INFERENCE_HOST says otherwise).
 
@@ -13,15 +13,16 @@ route; it is not wired yet (see the README).
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from service.inference.protocol import GenerationRequest, GenerationResult
+from service.inference.protocol import GenerationRequest, GenerationResult, StreamLine
 from service.settings import get_settings
 from workers.inference.pool import InferenceInputError, ModelPool
 
@@ -52,11 +53,30 @@ def create_app(pool: ModelPool | None = None) -> FastAPI:
         return {"status": "ok"}
 
     @app.post("/v1/generate", response_model=GenerationResult)
-    async def generate(body: GenerationRequest, request: Request) -> GenerationResult:
+    async def generate(body: GenerationRequest, request: Request) -> Response:
         model_pool: ModelPool = request.app.state.pool
-        return await run_in_threadpool(model_pool.generate, body)
+        if not body.stream:
+            result = await run_in_threadpool(model_pool.generate, body)
+            return JSONResponse(result.model_dump(mode="json"))
+        pieces = model_pool.stream(body)
+        # The first piece is taken before answering: a model that cannot load is a 400,
+        # not a broken 200 stream.
+        first = await run_in_threadpool(next, pieces)
+        return StreamingResponse(
+            _ndjson(itertools.chain([first], pieces)), media_type="application/x-ndjson"
+        )
 
     return app
+
+
+def _ndjson(pieces: Iterator[str | GenerationResult]) -> Iterator[bytes]:
+    for piece in pieces:
+        line = (
+            StreamLine(result=piece)
+            if isinstance(piece, GenerationResult)
+            else StreamLine(delta=piece)
+        )
+        yield line.model_dump_json(exclude_none=True).encode() + b"\n"
 
 
 def serve(host: str | None = None, port: int | None = None) -> None:
