@@ -46,7 +46,7 @@ def create_job(
         existing = repository.get_by_idempotency_key(tenant_id, idempotency_key)
         if existing is not None:
             return existing
-    get_dataset(session, tenant_id, payload.dataset_id)  # 404 for unknown or foreign ids
+    dataset = get_dataset(session, tenant_id, payload.dataset_id)  # 404: unknown or foreign
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     forms = check_reward_functions(payload.reward_functions)
     if not payload.runtime_packages:
@@ -57,6 +57,13 @@ def create_job(
             payload.reward_functions,
             allow_network=payload.allow_network,
             secrets=payload.secrets,
+        )
+    prompts_per_step = payload.hyperparameters.prompts_per_step
+    if dataset.row_count < prompts_per_step:
+        # The trainer would refuse it at start: say so before a worker is spent.
+        raise BadRequest(
+            f"dataset {dataset.id!r} has {dataset.row_count} rows, fewer than "
+            f"prompts_per_step={prompts_per_step}: lower prompts_per_step or add rows"
         )
 
     job = Job(

@@ -104,6 +104,19 @@ def test_jobs_store_and_return_the_resolved_hyperparameters(
     assert stored["micro_batch_size"] == 16 and stored["lr_scheduler_type"] == "constant"
 
 
+def test_a_dataset_smaller_than_a_step_is_refused_at_creation(client: httpx.Client) -> None:
+    rows = "\n".join(json.dumps({"prompt": f"p{i}"}) for i in range(3)).encode()
+    dataset_id = client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"]
+    response = client.post(
+        "/v1/jobs",
+        json=job_request(
+            dataset_id, hyperparameters={**TINY_HYPERPARAMETERS, "prompts_per_step": 4}
+        ),
+    )
+    assert response.status_code == 400
+    assert "has 3 rows, fewer than prompts_per_step=4" in response.json()["detail"]
+
+
 def test_another_tenants_job_is_404_everywhere(
     client: httpx.Client, other_client: httpx.Client, dataset_id: str
 ) -> None:
