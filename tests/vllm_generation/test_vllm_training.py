@@ -41,7 +41,12 @@ def vllm_generation() -> Generation:
     )
 
 
-def train(output_dir: Path, train_steps: int, **hyperparameters: Any) -> RecordingObserver:
+def train(
+    output_dir: Path,
+    train_steps: int,
+    observer: RecordingObserver | None = None,
+    **hyperparameters: Any,
+) -> RecordingObserver:
     spec = TrainingSpec(
         base_model="rft-tiny",
         dataset=demo_dataset(),
@@ -53,7 +58,7 @@ def train(output_dir: Path, train_steps: int, **hyperparameters: Any) -> Recordi
         model_cache_dir=MODEL_CACHE_DIR,
         generation=vllm_generation(),
     )
-    observer = RecordingObserver()
+    observer = observer or RecordingObserver()
     sandbox = reward_sandbox()
     try:
         run_grpo(spec, sandbox, observer)
@@ -94,5 +99,15 @@ def test_micro_batched_steps_generate_once_each_with_the_trained_weights(tmp_pat
     assert [record.step for record in observer.records] == [1, 2, 3]
     completions = TINY_HYPERPARAMETERS["prompts_per_step"] * TINY_HYPERPARAMETERS["num_generations"]
     assert all(len(record.completions) == completions for record in observer.records)
+    gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
+    assert max(gaps) < SYNCED_GAP_BOUND, gaps
+
+
+def test_a_live_temperature_change_reaches_vllm(tmp_path: Path) -> None:
+    # The trainer's log-probs switch to the new temperature at step 3; if vLLM kept sampling at
+    # the old one, the gap between the two would be far above bf16 noise.
+    observer = RecordingObserver(config_updates={3: letter_config(version=2, temperature=0.3)})
+    train(tmp_path / "temperature", train_steps=4, observer=observer)
+    assert [record.config_version for record in observer.records] == [1, 1, 2, 2]
     gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
     assert max(gaps) < SYNCED_GAP_BOUND, gaps
