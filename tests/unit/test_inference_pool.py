@@ -84,3 +84,12 @@ def test_adapters_outside_the_artifact_store_are_refused(state_dir: Path, tmp_pa
         ask(pool, str(tmp_path))
     with pytest.raises(InferenceInputError, match="no longer in the artifact store"):
         ask(pool, str(state_dir / "artifacts" / "job_gone" / "adapter"))
+
+
+def test_a_request_past_the_models_context_is_refused(state_dir: Path) -> None:
+    pool = ModelPool(Settings(state_dir=state_dir))
+    request = GenerationRequest(
+        base_model=TINY_MODEL_NAME, prompt="the cat", max_tokens=4096, temperature=0, top_p=1, n=1
+    )
+    with pytest.raises(InferenceInputError, match="exceed the context of 'rft-tiny'"):
+        pool.generate(request)

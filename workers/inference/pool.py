@@ -223,6 +223,7 @@ class ModelPool:
         extra: dict[str, Any] | None = None,
     ) -> GenerationResult:
         tokenizer = base.tokenizer
+        _check_context(base, inputs["input_ids"].shape[1], request)
         input_ids = inputs["input_ids"].to(self.device)
         attention_mask = inputs["attention_mask"].to(self.device)
         sampling = request.temperature > 0
@@ -288,3 +289,14 @@ def _stable_prefix(text: str, stops: list[str]) -> str:
         return text[: min(cuts)]
     hold_back = max((len(stop) for stop in stops), default=1) - 1
     return text[: len(text) - hold_back] if hold_back else text
+
+
+def _check_context(base: LoadedBase, prompt_tokens: int, request: GenerationRequest) -> None:
+    """Past its context a model fails inside generate (an index error): say so up front."""
+    context = getattr(base.model.config, "max_position_embeddings", None)
+    if isinstance(context, int) and prompt_tokens + request.max_tokens > context:
+        raise InferenceInputError(
+            f"the prompt ({prompt_tokens} tokens) and max_tokens ({request.max_tokens}) exceed "
+            f"the context of {request.base_model!r} ({context} tokens): shorten the prompt or "
+            "lower max_tokens"
+        )

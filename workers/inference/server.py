@@ -3,9 +3,10 @@
 Why a process of its own: the API has no torch (and must stay light and quick to restart),
 and a training worker's memory belongs to its job. This process holds base models and LoRA
 adapters in memory across requests (workers.inference.pool) and answers one internal route,
-``POST /v1/generate``, with plain generations (whole, or streamed as NDJSON lines); the API resolves model names and tenants and
-speaks OpenAI's format. It has no database and no authentication of its own, so it must be
-reachable only by the API (it binds 127.0.0.1 unless RFT_INFERENCE_HOST says otherwise).
+``POST /v1/generate``, with plain generations (whole, or streamed as NDJSON lines); the API
+resolves model names and tenants and speaks OpenAI's format. It has no database and no
+authentication of its own, so it must be reachable only by the API (it binds 127.0.0.1 unless
+RFT_INFERENCE_HOST says otherwise).
 
 Generation uses transformers + PEFT. vLLM's multi-LoRA serving would fit behind the same
 route; it is not wired yet (see the README).
