@@ -18,6 +18,7 @@ from service.inference.endpoints import router as inference_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.observability import install_observability
+from service.openai_compat.graders.endpoints import router as openai_graders_router
 from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
@@ -53,6 +54,7 @@ def create_app() -> FastAPI:
     app.include_router(base_models_router)
     app.include_router(events_router)
     app.include_router(inference_router)
+    app.include_router(openai_graders_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

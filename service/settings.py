@@ -57,6 +57,15 @@ class Settings(BaseSettings):
         description="Default <state_dir>/secrets.key. The API and every worker need the same "
         "key: share the file (a volume) or set RFT_SECRETS_KEY everywhere.",
     )
+    grader_judge_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible endpoint (e.g. http://host:8000/v1, ours included) that "
+        "score_model and label_model graders call. Unset: those graders are refused (400); set, "
+        "their reward code runs with network access.",
+    )
+    grader_judge_api_key: SecretStr | None = Field(
+        None, description="Bearer key for grader_judge_base_url, given to the graders' sandbox."
+    )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
     reward_load_timeout_s: float = Field(
         10.0,
