@@ -49,6 +49,7 @@ from service.inference.schemas import (
     Usage,
 )
 from service.jobs.service import get_job
+from service.server_paths import hide_server_paths
 from service.settings import Settings
 
 JOB_ID_PREFIX = "job_"
@@ -335,10 +336,13 @@ def _server_sent_events(
 
 
 def _detail(response: httpx.Response) -> str:
+    """The inference server's words, without the server folders they may quote (a model
+    that failed to load names its files)."""
     try:
-        return str(response.json().get("detail", response.text))
+        detail = str(response.json().get("detail", response.text))
     except ValueError:
-        return response.text[:500]
+        detail = response.text[:500]
+    return hide_server_paths(detail)
 
 
 def _usage(result: GenerationResult) -> Usage:

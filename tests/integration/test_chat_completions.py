@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -334,3 +335,16 @@ def test_the_official_openai_client(
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=10**9,
         )
+
+
+def test_a_checkpoint_gone_from_the_store_is_a_400_without_server_paths(
+    stack: LocalStack, tenant: httpx.Client, trained_job: dict[str, Any]
+) -> None:
+    job_id = trained_job["id"]
+    (folder,) = (stack.state_dir / "artifacts").glob(f"**/{job_id}/**/checkpoint-{TRAIN_STEPS}")
+    shutil.rmtree(folder)
+    response = chat(tenant, f"{job_id}:checkpoint-{TRAIN_STEPS}")
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert "no longer in the artifact store" in detail
+    assert str(stack.state_dir) not in detail

@@ -131,9 +131,9 @@ class ModelPool:
         # Only artifacts: the API sends URIs from its database, but this process trusts nobody
         # with a path outside the artifact folder.
         if not directory.is_relative_to(self.settings.resolved_artifacts_dir):
-            raise InferenceInputError(f"adapter {uri!r} is not in the artifact store")
+            raise InferenceInputError("this adapter is not in the artifact store")
         if not (directory / "adapter_config.json").is_file():
-            raise InferenceInputError(f"adapter {uri!r} is no longer in the artifact store")
+            raise InferenceInputError("this adapter is no longer in the artifact store")
         return directory
 
     # Generation ----------------------------------------------------------------------------
