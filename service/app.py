@@ -18,6 +18,7 @@ from service.inference.endpoints import router as inference_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.observability import install_observability
+from service.openai_compat.files.endpoints import router as openai_files_router
 from service.openai_compat.graders.endpoints import router as openai_graders_router
 from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
@@ -55,6 +56,7 @@ def create_app() -> FastAPI:
     app.include_router(events_router)
     app.include_router(inference_router)
     app.include_router(openai_graders_router)
+    app.include_router(openai_files_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])
