@@ -8,6 +8,7 @@ greedy decoding.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import shutil
@@ -280,6 +281,34 @@ def test_sdk_and_cli(stack: LocalStack, tenant_key: str, trained_job: dict[str, 
             client.chat.completions.create(
                 model="job_missing", messages=[{"role": "user", "content": "hi"}]
             )
+        chunks = list(
+            client.chat.completions.create(
+                model=trained_job["id"],
+                messages=[{"role": "user", "content": PROMPT}],
+                temperature=0,
+                max_tokens=16,
+                stream=True,
+            )
+        )
+        assert all(isinstance(chunk, rft.ChatCompletionChunk) for chunk in chunks)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == tuned
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+        with pytest.raises(rft.BadRequestError, match="n=1"):  # refused by create itself
+            client.completions.create(model="rft-tiny", prompt="x", n=2, stream=True)
+
+    async def async_stream() -> tuple[str, str]:
+        async with rft.AsyncClient(api_key=tenant_key, base_url=stack.base_url) as client:
+            whole = await client.completions.create(
+                model=trained_job["id"], prompt="the cat", temperature=0
+            )
+            pieces = await client.completions.create(
+                model=trained_job["id"], prompt="the cat", temperature=0, stream=True
+            )
+            streamed = "".join([c.choices[0].text async for c in pieces if c.choices])
+            return whole.choices[0].text, streamed
+
+    whole, streamed = asyncio.run(async_stream())
+    assert streamed == whole
 
     cli = CliRunner(env={"RFT_API_KEY": tenant_key, "RFT_BASE_URL": stack.base_url})
     result = cli.invoke(

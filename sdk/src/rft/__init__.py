@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from rft.chat import ChatCompletion, TextCompletion
+from rft.chat import ChatCompletion, ChatCompletionChunk, TextCompletion, TextCompletionChunk
 from rft.client import AsyncClient, Client  # after __version__: transport reads it
 from rft.errors import (
     APIConnectionError,
@@ -59,6 +59,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ChatCompletion",
+    "ChatCompletionChunk",
     "Checkpoint",
     "CheckpointList",
     "Client",
@@ -96,6 +97,7 @@ __all__ = [
     "SampleError",
     "Step",
     "TextCompletion",
+    "TextCompletionChunk",
     "UnprocessableEntityError",
     "__version__",
     "function_source",

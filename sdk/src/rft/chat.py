@@ -65,3 +65,51 @@ class TextCompletion(BaseModel):
     model: str
     choices: list[TextCompletionChoice]
     usage: Usage
+
+
+class ChoiceDelta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str | None = None
+    content: str | None = None
+
+
+class ChatCompletionChunkChoice(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    delta: ChoiceDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One streamed piece: ``choices[0].delta.content`` is the new text (the last chunk of a
+    stream with ``include_usage`` has no choices, only ``usage``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChatCompletionChunkChoice]
+    usage: Usage | None = None
+
+
+class TextCompletionChunkChoice(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    text: str
+    finish_reason: str | None = None
+
+
+class TextCompletionChunk(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[TextCompletionChunkChoice]
+    usage: Usage | None = None

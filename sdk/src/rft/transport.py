@@ -210,6 +210,7 @@ class SyncTransport:
             options.method,
             self.base_url + options.path,
             params=_without_none(options.params),
+            json=options.json,
             headers={**self._headers, **options.headers},
             timeout=stream_timeout(self._http.timeout),
         )
@@ -283,6 +284,7 @@ class AsyncTransport:
             options.method,
             self.base_url + options.path,
             params=_without_none(options.params),
+            json=options.json,
             headers={**self._headers, **options.headers},
             timeout=stream_timeout(self._http.timeout),
         )
