@@ -129,6 +129,12 @@ class Job(Base):
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(
         Json, default=list, server_default=text("'[]'::jsonb")
     )
+    # Where validation prompts come from: another dataset of the tenant, or a held-out share
+    # of the training rows (at most one of the two; neither: no evaluation).
+    validation_dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id"), nullable=True
+    )
+    validation_split: Mapped[float | None] = mapped_column(Float, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -189,6 +195,24 @@ class Step(Base):
     # Share of the step's groups whose completions all got the same reward (no signal).
     frac_reward_zero_std: Mapped[float | None] = mapped_column(Float, nullable=True)
     # {name: {"version", "weight", "mean", "std", "scored", "errors", "error_rate"}}
+    reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Evaluation(Base):
+    """The current adapter's completions for the validation prompts, scored: one per eval step."""
+
+    __tablename__ = "evaluations"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_version: Mapped[int] = mapped_column(Integer)
+    reward_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reward_std: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prompts: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    # {name: {"version", "weight", "mean", "std", "scored", "errors"}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

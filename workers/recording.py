@@ -28,13 +28,14 @@ from service.db import session_scope
 from service.jobs.repository import JobRepository
 from service.models import (
     Completion,
+    Evaluation,
     Job,
     JobConfigVersion,
     RewardErrorRecord,
     RewardLog,
     Step,
 )
-from workers.training.records import StepRecord
+from workers.training.records import EvalRecord, StepRecord
 from workers.training_signals import frac_reward_zero_std
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,53 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
         ]
         copy_lines(cursor, "reward_logs", LOG_COLUMNS, logs)
     _note_progress(session, job_id, record)
+    if record.evaluation is not None:
+        record_evaluation(session, job_id, record.evaluation)
+
+
+def record_evaluation(session: Session, job_id: str, evaluation: EvalRecord) -> None:
+    """Store a validation result (replacing a re-run step's) and announce it as an 'eval'
+    event, which the event stream carries."""
+    functions = {
+        name: {
+            "version": m.version,
+            "weight": m.weight,
+            "mean": m.mean,
+            "std": m.std,
+            "scored": m.scored,
+            "errors": m.errors,
+        }
+        for name, m in evaluation.functions.items()
+    }
+    row = {
+        "config_version": evaluation.config_version,
+        "reward_mean": evaluation.reward_mean,
+        "reward_std": evaluation.reward_std,
+        "prompts": evaluation.prompts,
+        "samples": evaluation.samples,
+        "duration_s": evaluation.duration_s,
+        "reward_functions": functions,
+        "created_at": datetime.now(UTC),
+    }
+    session.execute(
+        pg_insert(Evaluation)
+        .values(job_id=job_id, step=evaluation.step, **row)
+        .on_conflict_do_update(index_elements=[Evaluation.job_id, Evaluation.step], set_=row)
+    )
+    mean = "none" if evaluation.reward_mean is None else f"{evaluation.reward_mean:.4f}"
+    JobRepository(session).add_event(
+        job_id,
+        "eval",
+        f"validation reward {mean} at step {evaluation.step} ({evaluation.samples} samples)",
+        step=evaluation.step,
+        data={
+            "step": evaluation.step,
+            "reward_mean": evaluation.reward_mean,
+            "reward_std": evaluation.reward_std,
+            "samples": evaluation.samples,
+            "reward_functions": functions,
+        },
+    )
 
 
 def _note_progress(session: Session, job_id: str, record: StepRecord) -> None:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
@@ -25,7 +25,7 @@ from service.db import session_scope
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import run_settings
-from service.jobs.service import transition
+from service.jobs.service import split_validation, transition
 from service.jobs.status import JobStatus
 from service.models import Checkpoint, Job, Step
 from service.reward_functions.scoring import sandbox_settings
@@ -303,6 +303,19 @@ class JobPlan:
     secrets: dict[str, str]
 
 
+def _training_and_validation_rows(
+    session: Session, job: Job
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    rows = DatasetRepository(session).rows(job.dataset_id)
+    if job.validation_dataset_id is not None:
+        # Only the rows an evaluation reads.
+        limit = int(job.hyperparameters.get("eval_max_prompts", 64))
+        return rows, DatasetRepository(session).rows(job.validation_dataset_id, limit=limit)
+    if job.validation_split is not None:
+        return split_validation(rows, job.validation_split)
+    return rows, None
+
+
 def _plan(
     job_id: str, settings: Settings, store: ArtifactStore, resume_from: Checkpoint | None
 ) -> JobPlan:
@@ -311,9 +324,11 @@ def _plan(
     with session_scope() as session:
         job = JobRepository(session).get_any_tenant(job_id)
         assert job is not None
+        dataset, validation = _training_and_validation_rows(session, job)
         spec = TrainingSpec(
             base_model=job.base_model,
-            dataset=DatasetRepository(session).rows(job.dataset_id),
+            dataset=dataset,
+            validation=validation,
             reward_config=load_reward_config(session, job_id, job.config_version),
             hyperparameters=Hyperparameters.from_stored(job.hyperparameters),
             output_dir=settings.resolved_artifacts_dir / job_id,

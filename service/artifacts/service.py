@@ -35,6 +35,11 @@ ADAPTER_FILES = (
 
 def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> CheckpointList:
     job = get_job(session, tenant_id, job_id)
+    repository = JobRepository(session)
+    rewards = repository.evaluation_rewards(job.id)
+    checkpoints = repository.list_checkpoints(job.id)
+    keep_best = int(job.hyperparameters.get("keep_best", 1))
+    best = best_steps([c.step for c in checkpoints], rewards, keep_best)
     return CheckpointList(
         data=[
             Checkpoint(
@@ -42,11 +47,21 @@ def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> Checkpoin
                 size_bytes=c.size_bytes,
                 created_at=c.created_at,
                 download_path=f"/v1/jobs/{job.id}/checkpoints/{c.step}/adapter.tar.gz",
+                eval_reward=rewards.get(c.step),
+                is_best=c.step in best,
             )
-            for c in JobRepository(session).list_checkpoints(job.id)
+            for c in checkpoints
         ],
         final_adapter_path=f"/v1/jobs/{job.id}/adapter.tar.gz" if job.adapter_path else None,
     )
+
+
+def best_steps(steps: list[int], rewards: dict[int, float | None], keep_best: int) -> set[int]:
+    """The ``keep_best`` steps among ``steps`` with the highest validation reward; of equal
+    rewards, the earlier step (it reached that reward first)."""
+    evaluated = [step for step in steps if rewards.get(step) is not None]
+    ranked = sorted(evaluated, key=lambda step: (-(rewards[step] or 0.0), step))
+    return set(ranked[:keep_best])
 
 
 def base_model_of(session: Session, tenant_id: str, job_id: str) -> str:

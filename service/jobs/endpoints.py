@@ -11,6 +11,7 @@ from service.errors import error_responses
 from service.jobs import service
 from service.jobs.schemas import (
     Completion,
+    Evaluation,
     Job,
     JobCreate,
     JobEvent,
@@ -85,6 +86,21 @@ def list_steps(
     # Written straight from the rows: the same document as Page[Step], ~5x cheaper.
     page = service.steps_page_json(session, tenant_id, job_id, after_step=after_step, limit=limit)
     return Response(page, media_type="application/json")
+
+
+@router.get("/{job_id}/evals", response_model=Page[Evaluation])
+def list_evaluations(
+    session: SessionDep,
+    tenant_id: CurrentTenant,
+    job_id: str,
+    limit: PageLimit = 1000,
+    after_step: AfterStep = 0,
+) -> Page[Evaluation]:
+    """Validation results, one per evaluated step, in step order (the eval curve)."""
+    rows = service.list_evaluations(
+        session, tenant_id, job_id, after_step=after_step, limit=limit + 1
+    )
+    return paginate(rows, limit, Evaluation, lambda item: item.step)
 
 
 @router.get("/{job_id}/completions", response_model=Page[Completion])

@@ -223,6 +223,41 @@ class Hyperparameters(BaseModel):
         "trackers).",
     )
 
+    eval_every: int | None = Field(
+        None,
+        ge=1,
+        description="With a validation set (the job's validation_dataset_id or "
+        "validation_split): evaluate every N steps, and always after the last step. null: "
+        "only after the last step.",
+    )
+    eval_samples: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Completions sampled per validation prompt when eval_temperature > 0 "
+        "(greedy decoding writes one).",
+    )
+    eval_max_prompts: int = Field(
+        64,
+        ge=1,
+        le=10_000,
+        description="Validation prompts evaluated each time (the first N rows of the set).",
+    )
+    eval_temperature: float = Field(
+        0.0,
+        ge=0,
+        le=10.0,
+        description="Sampling temperature of validation completions; 0 is greedy (the same "
+        "answer each time, so evaluations compare the adapter, not the dice).",
+    )
+    keep_best: int = Field(
+        1,
+        ge=0,
+        le=100,
+        description="Mark this many checkpoints, those with the best validation reward, as "
+        "best (is_best on the job's checkpoints). Every evaluated step is checkpointed.",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from service.models import (
     Checkpoint,
     Completion,
+    Evaluation,
     Job,
     JobConfigVersion,
     JobEvent,
@@ -141,6 +142,23 @@ class JobRepository:
             .mappings()
             .all()
         )
+
+    def list_evaluations(self, job_id: str, *, after_step: int, limit: int) -> list[Evaluation]:
+        return list(
+            self.session.scalars(
+                select(Evaluation)
+                .where(Evaluation.job_id == job_id, Evaluation.step > after_step)
+                .order_by(Evaluation.step)
+                .limit(limit)
+            )
+        )
+
+    def evaluation_rewards(self, job_id: str) -> dict[int, float | None]:
+        """Each evaluated step's validation reward mean."""
+        rows = self.session.execute(
+            select(Evaluation.step, Evaluation.reward_mean).where(Evaluation.job_id == job_id)
+        )
+        return {step: reward for step, reward in rows}
 
     def list_completions(
         self, job_id: str, *, step: int | None, after: tuple[int, int] | None, limit: int

@@ -239,6 +239,28 @@ class JobCreate(RewardFunctionsInput):
         description="Environment variables for this job's reward functions only (e.g. an API "
         "key for LLM-as-judge calls). Encrypted at rest, never returned, masked in logs.",
     )
+    validation_dataset_id: str | None = Field(
+        None,
+        description="A dataset of yours whose prompts evaluate the adapter every "
+        "hyperparameters.eval_every steps and after the last one (GET /v1/jobs/{id}/evals).",
+    )
+    validation_split: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Instead of validation_dataset_id: hold out this share of the training "
+        "rows for validation (the dataset's last rows, at least one; shuffle an ordered file "
+        "before uploading); they are not trained on.",
+    )
+
+    @model_validator(mode="after")
+    def _one_validation_source(self) -> JobCreate:
+        if self.validation_dataset_id is not None and self.validation_split is not None:
+            raise ValueError(
+                "give validation_dataset_id or validation_split, not both: the validation "
+                "prompts come from one place"
+            )
+        return self
 
     @field_validator("runtime_packages")
     @classmethod
@@ -281,6 +303,8 @@ class Job(BaseModel):
         "'no_signal_run', 'function_flat', 'length_collapse', 'truncation'), the step and a "
         "message. Each is also a 'warning' event.",
     )
+    validation_dataset_id: str | None = None
+    validation_split: float | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -317,6 +341,32 @@ class Step(BaseModel):
         "GRPO learns nothing from them.",
     )
     reward_functions: dict[str, FunctionStepMetrics]
+    created_at: datetime
+
+
+class FunctionEvalMetrics(BaseModel):
+    version: int
+    weight: float
+    mean: float | None
+    std: float | None
+    scored: int
+    errors: int
+
+
+class Evaluation(BaseModel):
+    """The adapter after ``step``, scored on the validation prompts by the job's reward
+    functions (the config version in force at that step)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    step: int
+    config_version: int
+    reward_mean: float | None = Field(description="Mean weighted total over the samples.")
+    reward_std: float | None
+    prompts: int = Field(description="Validation prompts evaluated.")
+    samples: int = Field(description="Completions scored (prompts x eval_samples).")
+    duration_s: float
+    reward_functions: dict[str, FunctionEvalMetrics]
     created_at: datetime
 
 

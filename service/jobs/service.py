@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -20,6 +21,7 @@ from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus, ensure_transition
 from service.models import (
     Completion,
+    Evaluation,
     Job,
     JobConfigVersion,
     JobEvent,
@@ -65,6 +67,7 @@ def create_job(
             f"dataset {dataset.id!r} has {dataset.row_count} rows, fewer than "
             f"prompts_per_step={prompts_per_step}: lower prompts_per_step or add rows"
         )
+    _check_validation_source(session, tenant_id, payload, dataset.row_count)
 
     job = Job(
         id=new_id("job"),
@@ -79,6 +82,8 @@ def create_job(
         runtime_packages=payload.runtime_packages,
         secrets_sealed=seal(payload.secrets, get_settings()),
         secret_names=sorted(payload.secrets),
+        validation_dataset_id=payload.validation_dataset_id,
+        validation_split=payload.validation_split,
         idempotency_key=idempotency_key,
     )
     try:
@@ -116,6 +121,47 @@ def create_job(
     job_id = job.id
     after_commit(session, lambda: enqueue_training(job_id))
     return job
+
+
+def _check_validation_source(
+    session: Session, tenant_id: str, payload: JobCreate, training_rows: int
+) -> None:
+    """The validation set exists, is the tenant's, has prompts, and leaves rows to train on."""
+    if payload.validation_dataset_id is not None:
+        try:
+            validation = get_dataset(session, tenant_id, payload.validation_dataset_id)
+        except NotFound:
+            raise NotFound(
+                f"validation dataset {payload.validation_dataset_id!r} not found"
+            ) from None
+        if validation.row_count < 1:
+            raise BadRequest(
+                f"validation dataset {validation.id!r} has no rows: it needs prompts to evaluate"
+            )
+    if payload.validation_split is not None:
+        held_out = validation_rows_held_out(training_rows, payload.validation_split)
+        left = training_rows - held_out
+        prompts_per_step = payload.hyperparameters.prompts_per_step
+        if left < prompts_per_step:
+            raise BadRequest(
+                f"validation_split={payload.validation_split} holds out {held_out} of the "
+                f"dataset's {training_rows} rows, leaving {left} to train on, fewer than "
+                f"prompts_per_step={prompts_per_step}: lower validation_split or add rows"
+            )
+
+
+def validation_rows_held_out(rows: int, split: float) -> int:
+    """How many of ``rows`` training rows a validation_split holds out: at least one."""
+    return max(1, round(rows * split))
+
+
+def split_validation(
+    rows: list[dict[str, Any]], split: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training rows, validation rows): the last rows are held out, so every training row
+    keeps its index in the dataset (completions name their row by it)."""
+    kept = len(rows) - validation_rows_held_out(len(rows), split)
+    return rows[:kept], rows[kept:]
 
 
 def get_job(session: Session, tenant_id: str, job_id: str, *, for_update: bool = False) -> Job:
@@ -187,6 +233,13 @@ def steps_page_json(
     get_job(session, tenant_id, job_id)
     rows = JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit + 1)
     return step_json.steps_page_json(rows, limit)
+
+
+def list_evaluations(
+    session: Session, tenant_id: str, job_id: str, *, after_step: int, limit: int
+) -> list[Evaluation]:
+    get_job(session, tenant_id, job_id)
+    return JobRepository(session).list_evaluations(job_id, after_step=after_step, limit=limit)
 
 
 # ASCII digits only: str.isdigit() also accepts '²', which int() then refuses.

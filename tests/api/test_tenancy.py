@@ -30,6 +30,7 @@ def foreign_job(client: httpx.Client) -> dict:
 ENDPOINTS = [
     ("GET", "/v1/jobs/{job}"),
     ("GET", "/v1/jobs/{job}/steps"),
+    ("GET", "/v1/jobs/{job}/evals"),
     ("GET", "/v1/jobs/{job}/completions"),
     ("GET", "/v1/jobs/{job}/events/history"),
     ("GET", "/v1/jobs/{job}/events"),

@@ -24,6 +24,7 @@ from trl import GRPOConfig
 
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import Generation, release_vllm, transformers_generation
 from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import RewardConfig, TrainingObserver
@@ -52,6 +53,9 @@ class TrainingSpec:
     keep_checkpoints: int | None = None
     # What generates completions (the worker picks it from its settings: choose_generation).
     generation: Generation = field(default_factory=transformers_generation)
+    # Rows (each with a "prompt") the adapter is evaluated on, as the hyperparameters' eval_*
+    # fields say; None: no evaluation.
+    validation: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.dataset:
@@ -61,6 +65,8 @@ class TrainingSpec:
             raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")
         if not self.reward_config.functions:
             raise ValueError("reward_config: give at least one reward function")
+        if self.validation is not None and any("prompt" not in row for row in self.validation):
+            raise ValueError("validation: every row needs a 'prompt' column")
         hp = self.hyperparameters
         if len(self.dataset) < hp.prompts_per_step:
             raise ValueError(
@@ -99,11 +105,17 @@ def run_grpo(
         spec.generation.describe(),
         spec.resume_from_checkpoint,
     )
+    hp = spec.hyperparameters
     reporter = StepReporter(
         trainer=trainer,
         dispatcher=dispatcher,
         observer=observer,
         num_generations=spec.hyperparameters.num_generations,
+        evaluator=(
+            Evaluator(spec.validation, ValidationSettings.from_hyperparameters(hp))
+            if spec.validation
+            else None
+        ),
     )
     trainer.add_callback(reporter)
 

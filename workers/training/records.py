@@ -34,6 +34,20 @@ class FunctionStepMetrics:
 
 
 @dataclass
+class EvalRecord:
+    """The adapter after a step, scored on the validation prompts (workers.training.evaluation)."""
+
+    step: int
+    config_version: int
+    reward_mean: float | None
+    reward_std: float | None
+    prompts: int
+    samples: int
+    duration_s: float
+    functions: dict[str, FunctionStepMetrics]
+
+
+@dataclass
 class StepRecord:
     step: int  # 1-based optimizer step
     config_version: int
@@ -48,6 +62,9 @@ class StepRecord:
     # Raw per-function results of the generation that fed this step: errors and logs.
     function_results: dict[str, FunctionResult] = field(default_factory=dict)
     extra_metrics: dict[str, float] = field(default_factory=dict)
+    # The validation run after this step, when one was due: it travels (and is stored) with
+    # the step's record.
+    evaluation: EvalRecord | None = None
 
 
 @dataclass(frozen=True)

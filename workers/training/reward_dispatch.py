@@ -99,6 +99,10 @@ class RewardDispatcher:
         self._sandbox.load(config.functions)
         self.config = config
 
+    @property
+    def sandbox(self) -> RewardSandbox:
+        return self._sandbox
+
     def load_initial(self) -> None:
         self._sandbox.load(self.config.functions)
 
@@ -141,6 +145,28 @@ class RewardDispatcher:
             totals=totals,
         )
         return totals
+
+
+def score_samples(
+    sandbox: RewardSandbox,
+    config: RewardConfig,
+    *,
+    prompts: list[Any],
+    completions: list[str],
+    examples: list[dict[str, Any]],
+    step: int,
+) -> tuple[dict[str, FunctionResult], list[float | None]]:
+    """Score samples outside training (validation) with ``config``: each function's results,
+    and the weighted totals as training computes them."""
+    results = sandbox.score(
+        ScoringBatch(prompts=prompts, completions=completions, examples=examples, step=step)
+    )
+    names = [spec.name for spec in config.functions]
+    totals = trl_weighted_totals(
+        [[function_score(results, name, i) for name in names] for i in range(len(completions))],
+        [spec.weight for spec in config.functions],
+    )
+    return results, totals
 
 
 def function_score(results: dict[str, FunctionResult], name: str, index: int) -> float | None:

@@ -8,7 +8,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -22,6 +22,9 @@ from workers.training.records import (
     TrainingObserver,
 )
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
+
+if TYPE_CHECKING:
+    from workers.training.evaluation import Evaluator
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +57,11 @@ class StepReporter(TrainerCallback):
         dispatcher: RewardDispatcher,
         observer: TrainingObserver,
         num_generations: int,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self._trainer = trainer
+        # Validation after the steps it names; its result rides on that step's record.
+        self._evaluator = evaluator
         self._dispatcher = dispatcher
         self._observer = observer
         self._num_generations = num_generations
@@ -109,7 +115,18 @@ class StepReporter(TrainerCallback):
             # each optimizer step generates once): better a missing record than a wrong one.
             logger.warning("step %d: no generation of its own to report", state.global_step)
             return
+        evaluate = self._evaluator is not None and self._evaluator.due(
+            state.global_step, args.max_steps
+        )
+        if evaluate:
+            # Every evaluated step is checkpointed, so the best by validation reward can be
+            # downloaded (and resumed from).
+            control.should_save = True
         record = self._build_record(state.global_step, generation, logs)
+        if evaluate and self._evaluator is not None:
+            record.evaluation = self._evaluator.evaluate(
+                self._trainer, self._dispatcher, state.global_step
+            )
         self._observer.on_step(record)
         reason = self._observer.should_stop()
         if reason is not None:

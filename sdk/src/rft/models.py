@@ -133,6 +133,17 @@ class Hyperparameters(BaseModel):
     report_to: list[Literal["wandb", "mlflow", "tensorboard", "trackio"]] | None = Field(
         None, description="Experiment trackers the worker also reports to (TRL's report_to)."
     )
+    eval_every: int | None = Field(
+        None, description="With a validation set: evaluate every N steps (and after the last)."
+    )
+    eval_samples: int | None = Field(None, description="Completions per validation prompt.")
+    eval_max_prompts: int | None = Field(None, description="Validation prompts per evaluation.")
+    eval_temperature: float | None = Field(
+        None, description="Temperature of validation completions; 0 is greedy."
+    )
+    keep_best: int | None = Field(
+        None, description="How many checkpoints with the best validation reward are marked."
+    )
 
 
 class Job(BaseModel):
@@ -151,6 +162,9 @@ class Job(BaseModel):
     secret_names: list[str] = Field(default_factory=list)
     # What the run warned about: {"kind", "step", "message", ...}; also 'warning' events.
     warnings: list[dict[str, Any]] = Field(default_factory=list)
+    # Where validation prompts come from (None, None: no evaluation).
+    validation_dataset_id: str | None = None
+    validation_split: float | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -185,6 +199,30 @@ class Step(BaseModel):
     created_at: datetime
 
 
+class FunctionEvalMetrics(BaseModel):
+    version: int
+    weight: float
+    mean: float | None
+    std: float | None
+    scored: int
+    errors: int
+
+
+class Evaluation(BaseModel):
+    """The adapter after ``step`` scored on the validation prompts (one point of the eval
+    curve)."""
+
+    step: int
+    config_version: int
+    reward_mean: float | None
+    reward_std: float | None
+    prompts: int
+    samples: int
+    duration_s: float
+    reward_functions: dict[str, FunctionEvalMetrics]
+    created_at: datetime
+
+
 class Completion(BaseModel):
     id: int
     step: int
@@ -216,6 +254,10 @@ class Checkpoint(BaseModel):
     size_bytes: int
     created_at: datetime
     download_path: str
+    # Validation reward of the adapter at this step (if evaluated), and whether it is among
+    # the job's keep_best best.
+    eval_reward: float | None = None
+    is_best: bool = False
 
 
 class CheckpointList(BaseModel):

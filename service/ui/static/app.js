@@ -401,6 +401,15 @@ class JobPage {
     if (this.panels[tab].update) this.panels[tab].update();
   }
 
+  // Validation results ('eval' events), one per evaluated step: a re-run step's newest wins.
+  evaluations() {
+    const byStep = new Map();
+    for (const event of this.events) {
+      if (event.kind === "eval" && event.data && event.step !== null) byStep.set(event.step, event.data);
+    }
+    return [...byStep].sort(([a], [b]) => a - b).map(([step, data]) => ({ ...data, step }));
+  }
+
   functionNames() {
     const names = new Set();
     for (const step of this.steps) for (const name of Object.keys(step.reward_functions)) names.add(name);
@@ -579,8 +588,9 @@ function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange, 
       y: margin.top + 10 + marker.lane * MARKER_LANE_HEIGHT }, marker.label)));
   }
   for (const s of series) {
-    s.shown = smoothPoints(s.points, smoothing);
-    if (smoothing > 0) {
+    // Sparse series (validation every few steps) are drawn as measured, with a dot per point.
+    s.shown = s.sparse ? s.points : smoothPoints(s.points, smoothing);
+    if (smoothing > 0 && !s.sparse) {
       // The raw values stay visible, faint, behind the smoothed line.
       svg.append(svgEl("path", { d: drawPath(s.points, sx, sy), class: "line raw", stroke: s.color,
         "data-raw-series": s.label }));
@@ -588,7 +598,12 @@ function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange, 
     svg.append(svgEl("path", { d: drawPath(s.shown, sx, sy), class: "line", stroke: s.color,
       "data-series": s.label }));
     const lone = s.points.filter((p) => p.y !== null);
-    if (lone.length === 1) {
+    if (s.sparse) {
+      for (const p of lone) {
+        svg.append(svgEl("circle", { cx: sx(p.x), cy: sy(p.y), r: 3, fill: s.color,
+          "data-point-of": s.label }));
+      }
+    } else if (lone.length === 1) {
       svg.append(svgEl("circle", { cx: sx(lone[0].x), cy: sy(lone[0].y), r: 3, fill: s.color }));
     }
   }
@@ -634,6 +649,7 @@ function attachHover(figure, svg, { series, band, sx, xMin, xMax, margin, plotWi
 }
 
 const SMOOTHING_STORAGE = "rft.smoothing";
+const VALIDATION_COLOR = "#111827"; // near black: apart from every function colour
 const FEED_LENGTH = 12;
 // Saved every few steps: alone they would push every other event out of the feed.
 const COLLAPSED_KINDS = new Set(["checkpoint"]);
@@ -742,6 +758,8 @@ class ChartsPanel {
     const markers = this.chartMarkers();
     const smoothing = this.smoothOn ? this.smoothWeight : 0;
     const last = steps[steps.length - 1];
+    const evals = this.page.evaluations();
+    const lastEval = evals[evals.length - 1];
     const tiles = [
       ["Steps recorded", steps.length],
       ["Reward (last step)", last ? formatNumber(last.reward_mean) : "–"],
@@ -753,6 +771,8 @@ class ChartsPanel {
         last.frac_reward_zero_std !== undefined
         ? `${Math.round(last.frac_reward_zero_std * 100)} %` : "–"],
       ["Seconds per step", last ? formatNumber(last.duration_s, 2) : "–"],
+      ...(lastEval ? [[`Validation reward (step ${lastEval.step})`,
+        formatNumber(lastEval.reward_mean)]] : []),
     ];
     setChildren(this.tiles, ...tiles.map(([label, value]) =>
       el("div", { class: "tile" }, el("div", { class: "tile-value" }, value),
@@ -775,7 +795,10 @@ class ChartsPanel {
       lineChart({
         id: "reward", title: "Total reward (mean ± std)", yLabel: "reward", markers, smoothing,
         series: [{ label: "reward", color: PALETTE[0],
-          points: steps.map((s) => ({ x: s.step, y: s.reward_mean })) }],
+          points: steps.map((s) => ({ x: s.step, y: s.reward_mean })) },
+        // The adapter on the validation prompts, beside the training reward.
+        ...(evals.length ? [{ label: "validation", color: VALIDATION_COLOR, sparse: true,
+          points: evals.map((e) => ({ x: e.step, y: e.reward_mean })) }] : [])],
         band: { color: PALETTE[0], points: steps.filter((s) => s.reward_mean !== null)
           .map((s) => ({ x: s.step, low: s.reward_mean - (s.reward_std || 0),
             high: s.reward_mean + (s.reward_std || 0) })) },
@@ -786,6 +809,16 @@ class ChartsPanel {
         series: [...byLabel].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }))
           .map(([label, points]) => ({ label, points, color: colorOf(label) })),
       }),
+      evals.length ? lineChart({
+        id: "validation", title: "Validation reward (per function, on held-out prompts)",
+        yLabel: "score", markers,
+        series: [{ label: "total", color: VALIDATION_COLOR, sparse: true,
+          points: evals.map((e) => ({ x: e.step, y: e.reward_mean })) },
+        ...[...new Set(evals.flatMap((e) => Object.keys(e.reward_functions || {})))].sort()
+          .map((name) => ({ label: name, color: colorOf(`validation:${name}`), sparse: true,
+            points: evals.map((e) => ({ x: e.step,
+              y: e.reward_functions[name] ? e.reward_functions[name].mean : null })) }))],
+      }) : null,
       lineChart({
         id: "errors", title: "Reward error rate (per function)", yLabel: "errors", markers,
         fixedRange: [0, 1], smoothing,

@@ -228,6 +228,35 @@ def download_model(
     console.print(f"saved {path}", markup=False, highlight=False)
 
 
+@jobs_app.command("evals")
+@reports_errors
+def list_evals(context: typer.Context, job_id: str) -> None:
+    """The validation results: the adapter's reward on the validation prompts, per eval step."""
+    evaluations = client_for(context).jobs.evals(job_id)
+    if not evaluations:
+        console.print("no evaluations yet (does the job have a validation set?)")
+        return
+    names = sorted({name for e in evaluations for name in e.reward_functions})
+    table = Table("step", "reward", "std", *names, "samples", "seconds")
+    for evaluation in evaluations:
+        table.add_row(
+            str(evaluation.step),
+            _score(evaluation.reward_mean),
+            _score(evaluation.reward_std),
+            *(
+                _score(m.mean) if (m := evaluation.reward_functions.get(name)) else ""
+                for name in names
+            ),
+            str(evaluation.samples),
+            f"{evaluation.duration_s:.1f}",
+        )
+    console.print(table)
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 @jobs_app.command("watch")
 @reports_errors
 def watch_job(
@@ -391,12 +420,14 @@ def show_logs(
 def list_checkpoints(context: typer.Context, job_id: str) -> None:
     """The job's saved checkpoints, and whether its final adapter is ready."""
     listing = client_for(context).jobs.checkpoints(job_id)
-    table = Table("step", "size", "saved")
+    table = Table("step", "size", "saved", "eval reward", "best")
     for checkpoint in listing.data:
         table.add_row(
             str(checkpoint.step),
             f"{checkpoint.size_bytes / 1e6:.1f} MB",
             checkpoint.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            "" if checkpoint.eval_reward is None else f"{checkpoint.eval_reward:.4f}",
+            "best" if checkpoint.is_best else "",
         )
     if listing.data:
         console.print(table)

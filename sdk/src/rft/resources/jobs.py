@@ -19,6 +19,7 @@ from rft.models import (
     ConfigUpdate,
     Dataset,
     DryRunResult,
+    Evaluation,
     Hyperparameters,
     Job,
     JobConfig,
@@ -64,6 +65,8 @@ def _create_request(
     runtime_packages: Sequence[str],
     secrets: Mapping[str, str] | None,
     idempotency_key: str | None,
+    validation_dataset: str | Dataset | None = None,
+    validation_split: float | None = None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
         # Only what the caller set: the server's defaults (and presets) stay the single
@@ -79,6 +82,12 @@ def _create_request(
         "runtime_packages": list(runtime_packages),
         "secrets": dict(secrets or {}),
     }
+    if validation_dataset is not None:
+        body["validation_dataset_id"] = (
+            validation_dataset.id if isinstance(validation_dataset, Dataset) else validation_dataset
+        )
+    if validation_split is not None:
+        body["validation_split"] = validation_split
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
@@ -257,6 +266,8 @@ class Jobs:
         runtime_packages: Sequence[str] = (),
         secrets: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
+        validation_dataset: str | Dataset | None = None,
+        validation_split: float | None = None,
     ) -> Job:
         """Start a GRPO job.
 
@@ -268,6 +279,9 @@ class Jobs:
         one unless given), so retries after a lost response return the same job.
         ``secrets`` become environment variables of this job's reward functions only (e.g. a
         judge's API key): stored encrypted, never returned (``Job.secret_names`` lists them).
+        ``validation_dataset`` (or ``validation_split``, a share of the training rows held
+        out) gives prompts the adapter is scored on every ``eval_every`` steps and at the end
+        (:meth:`evals`).
         """
         options = _create_request(
             dataset=dataset,
@@ -280,6 +294,8 @@ class Jobs:
             runtime_packages=runtime_packages,
             secrets=secrets,
             idempotency_key=idempotency_key,
+            validation_dataset=validation_dataset,
+            validation_split=validation_split,
         )
         return Job.model_validate(self._transport.request(options).json())
 
@@ -354,6 +370,17 @@ class Jobs:
                 f"/v1/jobs/{job_id}/steps", "after_step", cursor or str(after_step)
             )
             return Page[Step].model_validate(self._transport.request(options).json())
+
+        return PageIterator(fetch).to_list()
+
+    def evals(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Evaluation]:
+        """The validation results after ``after_step``, in step order (the eval curve)."""
+
+        def fetch(cursor: str | None) -> Page[Evaluation]:
+            options = _page_request(
+                f"/v1/jobs/{job_id}/evals", "after_step", cursor or str(after_step)
+            )
+            return Page[Evaluation].model_validate(self._transport.request(options).json())
 
         return PageIterator(fetch).to_list()
 
@@ -585,6 +612,8 @@ class AsyncJobs:
         runtime_packages: Sequence[str] = (),
         secrets: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
+        validation_dataset: str | Dataset | None = None,
+        validation_split: float | None = None,
     ) -> Job:
         options = _create_request(
             dataset=dataset,
@@ -597,6 +626,8 @@ class AsyncJobs:
             runtime_packages=runtime_packages,
             secrets=secrets,
             idempotency_key=idempotency_key,
+            validation_dataset=validation_dataset,
+            validation_split=validation_split,
         )
         return Job.model_validate((await self._transport.request(options)).json())
 
@@ -665,6 +696,17 @@ class AsyncJobs:
                 f"/v1/jobs/{job_id}/steps", "after_step", cursor or str(after_step)
             )
             return Page[Step].model_validate((await self._transport.request(options)).json())
+
+        return await AsyncPageIterator(fetch).to_list()
+
+    async def evals(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Evaluation]:
+        """See :meth:`Jobs.evals`."""
+
+        async def fetch(cursor: str | None) -> Page[Evaluation]:
+            options = _page_request(
+                f"/v1/jobs/{job_id}/evals", "after_step", cursor or str(after_step)
+            )
+            return Page[Evaluation].model_validate((await self._transport.request(options)).json())
 
         return await AsyncPageIterator(fetch).to_list()
 

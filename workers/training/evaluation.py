@@ -1,0 +1,175 @@
+"""Validation: the adapter as it stands after a step generates for held-out prompts, and the
+job's current reward functions score what it wrote.
+
+It runs inside the trainer's process, between the optimizer step and the step's record (see
+StepReporter.on_log), so its result travels with that record to whoever stores steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.recording_trainer import RecordingGRPOTrainer
+from workers.training.records import EvalRecord, FunctionStepMetrics
+from workers.training.reward_dispatch import RewardDispatcher, function_score, score_samples
+from workers.training.step_reporting import mean_and_std
+
+logger = logging.getLogger(__name__)
+
+# Prompts generated for at once: enough to keep a GPU busy, few enough for a CPU's memory.
+PROMPTS_PER_BATCH = 16
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    every: int | None  # evaluate after every N-th step (and always after the last)
+    samples_per_prompt: int
+    max_prompts: int
+    temperature: float  # 0: greedy
+    max_completion_length: int
+    stop: tuple[str, ...]
+    seed: int
+
+    @property
+    def completions_per_prompt(self) -> int:
+        # Greedy decoding writes the same completion every time: one is enough.
+        return self.samples_per_prompt if self.temperature > 0 else 1
+
+    @classmethod
+    def from_hyperparameters(cls, hp: Hyperparameters) -> ValidationSettings:
+        return cls(
+            every=hp.eval_every,
+            samples_per_prompt=hp.eval_samples,
+            max_prompts=hp.eval_max_prompts,
+            temperature=hp.eval_temperature,
+            max_completion_length=hp.max_completion_length,
+            stop=tuple(hp.stop),
+            seed=hp.seed,
+        )
+
+
+class Evaluator:
+    """Scores the current adapter on the validation rows when a step calls for it."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], settings: ValidationSettings) -> None:
+        if not rows:
+            raise ValueError("validation: no rows to evaluate on")
+        self.rows = list(rows[: settings.max_prompts])
+        self.settings = settings
+
+    def due(self, step: int, last_step: int) -> bool:
+        every = self.settings.every
+        return step >= last_step or (every is not None and step % every == 0)
+
+    def evaluate(
+        self, trainer: RecordingGRPOTrainer, dispatcher: RewardDispatcher, step: int
+    ) -> EvalRecord:
+        started = time.perf_counter()
+        prompts = [row["prompt"] for row in self.rows]
+        completions = self._generate(trainer, prompts, step)
+        repeats = self.settings.completions_per_prompt
+        config = dispatcher.config
+        results, totals = score_samples(
+            dispatcher.sandbox,
+            config,
+            prompts=[prompt for prompt in prompts for _ in range(repeats)],
+            completions=completions,
+            examples=[row for row in self.rows for _ in range(repeats)],
+            step=step,
+        )
+        functions = {}
+        for spec in config.functions:
+            scores = [function_score(results, spec.name, i) for i in range(len(completions))]
+            mean, std = mean_and_std(scores)
+            result = results.get(spec.name)
+            functions[spec.name] = FunctionStepMetrics(
+                name=spec.name,
+                version=spec.version,
+                weight=spec.weight,
+                mean=mean,
+                std=std,
+                scored=sum(1 for s in scores if s is not None),
+                errors=result.failed_samples if result is not None else len(completions),
+            )
+        reward_mean, reward_std = mean_and_std(totals)
+        record = EvalRecord(
+            step=step,
+            config_version=config.version,
+            reward_mean=reward_mean,
+            reward_std=reward_std,
+            prompts=len(prompts),
+            samples=len(completions),
+            duration_s=time.perf_counter() - started,
+            functions=functions,
+        )
+        logger.info(
+            "step %d: validation reward %s over %d samples (%.1fs)",
+            step,
+            reward_mean,
+            record.samples,
+            record.duration_s,
+        )
+        return record
+
+    def _generate(self, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int) -> list[str]:
+        """Each prompt's completions (completions_per_prompt of them, consecutive), as text.
+
+        The unwrapped model (no DDP collectives: only rank 0 evaluates), in eval mode (no
+        dropout), without gradients. Sampled evaluations draw from a forked RNG seeded by the
+        step, so a run with validation trains exactly as one without.
+        """
+        settings = self.settings
+        model: Any = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer: Any = trainer.processing_class
+        pad_id = tokenizer.pad_token_id
+        device = next(model.parameters()).device
+        sampled = settings.temperature > 0
+        was_training = model.training
+        model.eval()
+        texts: list[str] = []
+        try:
+            devices = [device] if device.type == "cuda" else []
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                torch.manual_seed(settings.seed + step)
+                for start in range(0, len(prompts), PROMPTS_PER_BATCH):
+                    batch = prompts[start : start + PROMPTS_PER_BATCH]
+                    # As training tokenizes them (chat template, prompt truncation); one at a
+                    # time, as a set may mix plain and chat prompts, which TRL tokenizes apart.
+                    prompt_ids = [trainer._tokenize_prompts([p])[0][0] for p in batch]
+                    width = max(len(ids) for ids in prompt_ids)
+                    input_ids = torch.tensor(
+                        [[pad_id] * (width - len(ids)) + list(ids) for ids in prompt_ids],
+                        device=device,
+                    )
+                    attention_mask = torch.tensor(
+                        [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids],
+                        device=device,
+                    )
+                    output = model.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention_mask,
+                        max_new_tokens=settings.max_completion_length,
+                        do_sample=sampled,
+                        **({"temperature": settings.temperature, "top_p": 1.0} if sampled else {}),
+                        num_return_sequences=settings.completions_per_prompt,
+                        pad_token_id=pad_id,
+                        use_cache=True,
+                    )
+                    for ids in output[:, width:].tolist():
+                        texts.append(self._cut_at_stop(trainer._decode(ids)))
+        finally:
+            if was_training:
+                model.train()
+        return texts
+
+    def _cut_at_stop(self, text: str) -> str:
+        """Ends a completion at its first stop string, kept, as training cuts them."""
+        ends = [text.find(s) + len(s) for s in self.settings.stop if s in text]
+        return text[: min(ends)] if ends else text
