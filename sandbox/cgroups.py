@@ -10,11 +10,15 @@ and execs bwrap, so not one instruction of the tree runs outside; Popen's preexe
 the same but is unsafe in a threaded worker). Every process bwrap starts inherits the cgroup.
 When the child ends the cgroup is emptied and removed.
 
-Layout: under this process's own cgroup (from /proc/self/cgroup), in each controller's
-hierarchy: <own>/rft-sandbox/<worker pid>-<n>. cgroup v1 (memory and pids hierarchies, as on
-this machine) and v2 (one unified hierarchy whose cgroup.controllers offers memory and pids,
-and whose own cgroup can delegate them) are both handled. A cgroup left behind by a worker
-that died is removed by the next worker on the host that starts a sandbox.
+Layout: directly under this process's own cgroup (from /proc/self/cgroup) in each
+controller's hierarchy, <own>/rft-sandbox-<worker pid>-<n>: the limits of the cgroup the
+worker runs in (a container's, a service's) still bound every sandbox, and nothing of ours
+stays there once the sandboxes are gone (a directory left in the worker's cgroup would keep
+whoever manages that cgroup from removing it). cgroup v1 (memory and pids hierarchies, as
+on this machine) and v2 (one unified hierarchy whose cgroup.controllers offers memory and
+pids, and whose own cgroup can delegate them) are both handled. Only a worker killed outright
+(SIGKILL) leaves its sandbox cgroups behind, empty; the next worker in the same cgroup that
+starts a sandbox removes them.
 
 Inside the sandbox the cgroup namespace is unshared and /sys is not mounted, so the code can
 neither see nor leave its cgroup; the unprivileged uid could not write to it anyway.
@@ -44,7 +48,7 @@ from sandbox.settings import CgroupMode
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_CGROUP_DIR = "rft-sandbox"
+SANDBOX_CGROUP_PREFIX = "rft-sandbox-"
 CONTROLLERS = ("memory", "pids")
 # How long remove() keeps killing and retrying before it leaves the cgroup to a later sweep.
 REMOVE_ATTEMPTS = 20
@@ -77,7 +81,7 @@ class CgroupHost:
     """Where this process creates sandbox cgroups: a parent directory per hierarchy."""
 
     version: Literal[1, 2]
-    parents: dict[str, Path]  # controller -> <own cgroup>/rft-sandbox (one directory on v2)
+    parents: dict[str, Path]  # controller -> our own cgroup (one directory on v2)
 
     @property
     def directories(self) -> list[Path]:
@@ -105,7 +109,7 @@ class SandboxCgroup:
         """Create the cgroup with `limits` set; OSError if the kernel refuses any of it."""
         _retry_pending_removals()
         while True:
-            cgroup = cls(host, f"{os.getpid()}-{next(cls._sequence)}")
+            cgroup = cls(host, f"{SANDBOX_CGROUP_PREFIX}{os.getpid()}-{next(cls._sequence)}")
             try:
                 cgroup.directories[0].mkdir()
             except FileExistsError:
@@ -313,26 +317,25 @@ def find_own_cgroups(mountinfo: str, proc_cgroup: str) -> tuple[Literal[1, 2], d
     raise CgroupUnavailableError(f"no mounted cgroup hierarchy offers {', '.join(absent)}")
 
 
-def _delegate_v2(own: Path, parent: Path) -> None:
-    """Enable memory and pids for the sandbox cgroups under `parent` (a child of `own`)."""
-    wanted = " ".join(f"+{controller}" for controller in CONTROLLERS)
-    for directory in (own, parent):
-        enabled = (directory / "cgroup.subtree_control").read_text().split()
-        if all(controller in enabled for controller in CONTROLLERS):
-            continue
-        try:
-            _write_text(directory / "cgroup.subtree_control", wanted)
-        except OSError as error:
-            hint = ""
-            if error.errno == errno.EBUSY:
-                hint = (
-                    f" ({directory} holds processes, so cgroup v2 lets it delegate no "
-                    "controller: run the worker in a cgroup of its own, e.g. a systemd "
-                    "service with Delegate=yes whose processes sit in a leaf)"
-                )
-            raise CgroupUnavailableError(
-                f"cannot enable memory and pids in {directory}: {error}{hint}"
-            ) from None
+def _delegate_v2(own: Path) -> None:
+    """Enable memory and pids for the cgroups under `own` (our own cgroup)."""
+    enabled = (own / "cgroup.subtree_control").read_text().split()
+    if all(controller in enabled for controller in CONTROLLERS):
+        return
+    try:
+        _write_text(own / "cgroup.subtree_control", " ".join(f"+{name}" for name in CONTROLLERS))
+    except OSError as error:
+        hint = ""
+        if error.errno == errno.EBUSY:
+            # Sandbox cgroups beside the worker's (under a delegated parent) would lift this;
+            # not done yet.
+            hint = (
+                f" ({own} holds processes, and cgroup v2 lets such a cgroup hand no controller "
+                "to its children; only the root cgroup is exempt)"
+            )
+        raise CgroupUnavailableError(
+            f"cannot enable memory and pids in {own}: {error}{hint}"
+        ) from None
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -344,8 +347,8 @@ def _sweep_stale(host: CgroupHost) -> None:
     """Remove sandbox cgroups whose worker process no longer exists (it was killed)."""
     for parent in host.directories:
         with contextlib.suppress(OSError):
-            for entry in parent.iterdir():
-                owner = entry.name.partition("-")[0]
+            for entry in parent.glob(f"{SANDBOX_CGROUP_PREFIX}*"):
+                owner = entry.name.removeprefix(SANDBOX_CGROUP_PREFIX).partition("-")[0]
                 if entry.is_dir() and owner.isdigit() and not _alive(int(owner)):
                     with contextlib.suppress(OSError):
                         entry.rmdir()
@@ -368,12 +371,9 @@ def detect_cgroups() -> CgroupSupport:
         version, own = find_own_cgroups(
             Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text()
         )
-        parents = {controller: path / SANDBOX_CGROUP_DIR for controller, path in own.items()}
-        for parent in set(parents.values()):
-            parent.mkdir(exist_ok=True)
         if version == 2:
-            _delegate_v2(own["memory"], parents["memory"])
-        host = CgroupHost(version=version, parents=parents)
+            _delegate_v2(own["memory"])
+        host = CgroupHost(version=version, parents=own)
         _sweep_stale(host)
         probe = SandboxCgroup.create(host, CgroupLimits(memory_bytes=64 << 20, pids=8))
         probe.remove()

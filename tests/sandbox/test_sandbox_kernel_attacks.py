@@ -436,6 +436,6 @@ def _no_cgroup_left_behind() -> Iterator[None]:
             entry
             for parent in CGROUPS.host.directories
             for entry in parent.iterdir()
-            if entry.is_dir() and entry.name.startswith(f"{os.getpid()}-")
+            if entry.is_dir() and entry.name.startswith(f"rft-sandbox-{os.getpid()}-")
         ]
         assert not mine, mine
