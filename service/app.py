@@ -19,6 +19,7 @@ from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
 from service.observability import install_observability
 from service.openai_compat.files.endpoints import router as openai_files_router
+from service.openai_compat.fine_tuning.endpoints import router as openai_fine_tuning_router
 from service.openai_compat.graders.endpoints import router as openai_graders_router
 from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
@@ -57,6 +58,7 @@ def create_app() -> FastAPI:
     app.include_router(inference_router)
     app.include_router(openai_graders_router)
     app.include_router(openai_files_router)
+    app.include_router(openai_fine_tuning_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

@@ -4,6 +4,8 @@ Model names are resolved here and only here (issue 15's ``fine_tuned_model`` nam
 to be added to ``resolve_model``):
 - ``<job id>``: the job's final adapter on its base model;
 - ``<job id>:checkpoint-<step>``: that checkpoint's adapter;
+- ``ft:<base model>:<job id>`` and ``ft:<base model>:<job id>:ckpt-step-<step>``: the same,
+  named as OpenAI names fine-tuned models (the fine_tuned_model of service.openai_compat);
 - anything else: a base model, served when it is the built-in one or one of the tenant's jobs
   trains on it. Not any hub id: that would let any caller make the inference server download
   and hold any model; the workers already load a job's base model, so serving it costs nothing
@@ -54,6 +56,8 @@ from service.settings import Settings
 
 JOB_ID_PREFIX = "job_"
 CHECKPOINT_SUFFIX = re.compile(r"^checkpoint-(\d{1,9})$")
+FINE_TUNED_PREFIX = "ft:"
+FINE_TUNED_STEP_SUFFIX = re.compile(r":ckpt-step-(\d{1,9})$")
 DEFAULT_CHAT_MAX_TOKENS = 256
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
@@ -75,7 +79,36 @@ class ServedModel:
     adapter_uri: str | None
 
 
+def fine_tuned_model_name(base_model: str, job_id: str, step: int | None = None) -> str:
+    """OpenAI's form of a job's model name (``ft:<base>:<job id>``), which resolve_model reads."""
+    name = f"{FINE_TUNED_PREFIX}{base_model}:{job_id}"
+    return name if step is None else f"{name}:ckpt-step-{step}"
+
+
+def _resolve_fine_tuned(session: Session, tenant_id: str, name: str) -> ServedModel:
+    rest = name.removeprefix(FINE_TUNED_PREFIX)
+    step_match = FINE_TUNED_STEP_SUFFIX.search(rest)
+    if step_match is not None:
+        rest = rest[: step_match.start()]
+    base_model, _, job_id = rest.rpartition(":")
+    if not job_id.startswith(JOB_ID_PREFIX):
+        raise UnknownModel(
+            f"model {name!r}: a fine-tuned model is named 'ft:<base model>:<job id>', "
+            "optionally followed by ':ckpt-step-<step>'"
+        )
+    job = get_job(session, tenant_id, job_id)
+    if job.base_model != base_model:
+        raise UnknownModel(f"model {name!r}: job {job.id} trains {job.base_model!r}")
+    if step_match is not None:
+        uri = checkpoint_uri(session, tenant_id, job.id, int(step_match.group(1)))
+    else:
+        uri = final_adapter_uri(session, tenant_id, job.id)
+    return ServedModel(name=name, base_model=job.base_model, adapter_uri=uri)
+
+
 def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
+    if name.startswith(FINE_TUNED_PREFIX):
+        return _resolve_fine_tuned(session, tenant_id, name)
     job_id, colon, suffix = name.partition(":")
     if colon:
         match = CHECKPOINT_SUFFIX.match(suffix)

@@ -94,6 +94,9 @@ def reward_name(grader_name: str) -> str:
     return name if not name[0].isdigit() else f"g_{name}"[:64]
 
 
+GRADER_LINE = re.compile(r"^GRADER = json\.loads\((.*)\)$", re.MULTILINE)
+
+
 def reward_source(function_name: str, grader: dict[str, Any]) -> str:
     return (
         f"{RUNTIME_SOURCE}\n\n"
@@ -101,6 +104,18 @@ def reward_source(function_name: str, grader: dict[str, Any]) -> str:
         f"def {function_name}(prompt, completion, example):\n"
         f"    return grade_completion(GRADER, completion, example)\n"
     )
+
+
+def grader_in_source(source: str) -> dict[str, Any] | None:
+    """The grader a reward_source was generated from; None for any other source."""
+    match = GRADER_LINE.search(source)
+    if match is None:
+        return None
+    try:
+        grader = json.loads(json.loads(match.group(1)))
+    except ValueError:
+        return None
+    return grader if isinstance(grader, dict) else None
 
 
 def reward_functions(grader: Any) -> dict[str, RewardFunctionCreate]:

@@ -1,0 +1,125 @@
+"""OpenAI's fine-tuning objects (openai.types.fine_tuning): the create request, the job, its
+events and checkpoints. Field names, object names and status values are OpenAI's."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.openai_compat.graders.schemas import Grader
+
+Auto = Literal["auto"]
+
+
+class ReinforcementHyperparameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: Auto | int | None = Field(None, description="-> prompts_per_step")
+    compute_multiplier: Auto | float | None = Field(None, description="x num_generations")
+    eval_interval: Auto | int | None = Field(None, description="-> eval_every")
+    eval_samples: Auto | int | None = Field(None, description="-> eval_samples")
+    learning_rate_multiplier: Auto | float | None = Field(None, description="x learning_rate")
+    n_epochs: Auto | int | None = Field(None, description="-> train_steps")
+    reasoning_effort: Literal["default", "low", "medium", "high"] | None = None
+
+
+class ReinforcementMethod(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grader: Grader
+    hyperparameters: ReinforcementHyperparameters | None = None
+
+
+class Method(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["supervised", "dpo", "reinforcement"]
+    reinforcement: ReinforcementMethod | None = None
+
+
+class FineTuningJobCreate(BaseModel):
+    """openai.types.fine_tuning.JobCreateParams."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=500)
+    training_file: str = Field(min_length=1, max_length=64)
+    validation_file: str | None = Field(None, max_length=64)
+    method: Method | None = None
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)
+    suffix: str | None = Field(None, max_length=64)
+    metadata: dict[str, str] | None = None
+    integrations: list[dict[str, Any]] | None = None
+    hyperparameters: dict[str, Any] | None = Field(
+        None, description="Deprecated by OpenAI in favour of method; refused here."
+    )
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class JobHyperparameters(BaseModel):
+    batch_size: Auto | int | None = None
+    learning_rate_multiplier: Auto | float | None = None
+    n_epochs: Auto | int | None = None
+
+
+class FineTuningJob(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    error: JobError | None = None
+    fine_tuned_model: str | None = None
+    finished_at: int | None = None
+    hyperparameters: JobHyperparameters
+    model: str
+    organization_id: str
+    result_files: list[str] = Field(default_factory=list)
+    seed: int
+    status: Literal[
+        "validating_files", "queued", "running", "succeeded", "failed", "cancelled", "paused"
+    ]
+    trained_tokens: int | None = None
+    training_file: str
+    validation_file: str | None = None
+    estimated_finish: int | None = None
+    integrations: list[dict[str, Any]] | None = None
+    metadata: dict[str, str] | None = None
+    method: dict[str, Any] | None = None
+    suffix: str | None = None
+
+
+class FineTuningJobEvent(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job.event"] = "fine_tuning.job.event"
+    created_at: int
+    level: Literal["info", "warn", "error"]
+    message: str
+    data: dict[str, Any] | None = None
+    type: Literal["message", "metrics"] = "message"
+
+
+class CheckpointMetrics(BaseModel):
+    step: float | None = None
+    train_loss: float | None = None
+    train_reward_mean: float | None = None
+    valid_reward_mean: float | None = None
+    full_valid_loss: float | None = None
+    full_valid_mean_token_accuracy: float | None = None
+    train_mean_token_accuracy: float | None = None
+    valid_loss: float | None = None
+    valid_mean_token_accuracy: float | None = None
+
+
+class FineTuningJobCheckpoint(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job.checkpoint"] = "fine_tuning.job.checkpoint"
+    created_at: int
+    fine_tuned_model_checkpoint: str
+    fine_tuning_job_id: str
+    metrics: CheckpointMetrics
+    step_number: int

@@ -1,0 +1,438 @@
+"""OpenAI's fine-tuning jobs as our jobs: a reinforcement job is created through
+service.jobs (same pre-flight, same row, same worker) with its grader compiled into reward
+functions, and every job of the tenant reads back as a fine_tuning.job. Nothing is stored
+twice: the grader is read back from the reward source it was compiled into, and OpenAI's
+hyperparameters from ours (docs/openai-compat.md has the mapping)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from sqlalchemy.orm import Session
+
+from service.datasets.service import get_dataset
+from service.errors import BadRequest, NotFound
+from service.inference.service import fine_tuned_model_name
+from service.jobs import service as jobs
+from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.repository import JobRepository
+from service.jobs.schemas import JobCreate
+from service.jobs.status import JobStatus
+from service.models import Job
+from service.openai_compat.files.schemas import OpenAIPage
+from service.openai_compat.fine_tuning.schemas import (
+    CheckpointMetrics,
+    FineTuningJob,
+    FineTuningJobCheckpoint,
+    FineTuningJobCreate,
+    FineTuningJobEvent,
+    JobError,
+    JobHyperparameters,
+    ReinforcementHyperparameters,
+)
+from service.openai_compat.graders.compile import (
+    check_grader,
+    grader_in_source,
+    judge_environment,
+    part_reward_names,
+    reward_functions,
+    reward_name,
+    uses_judge,
+)
+from service.openai_compat.graders.schemas import Grader
+from service.settings import get_settings
+
+TINY_MODEL = "rft-tiny"
+TINY_PRESET = "tiny-cpu"
+# Sampled completions per prompt at compute_multiplier 1 is the preset's (or default's)
+# num_generations; GRPO needs at least two to compare.
+MIN_GENERATIONS = 2
+MAX_GENERATIONS = 1024  # past any group size worth sampling; Hyperparameters checks the rest
+GRADER_ADAPTER: TypeAdapter[Any] = TypeAdapter(Grader)
+Item = TypeVar("Item", bound=BaseModel)
+
+
+class InvalidJobRequest(BadRequest):
+    def __init__(self, detail: str, *, param: str | None = None) -> None:
+        super().__init__(detail)
+        self.param = param
+
+
+def unix(moment: datetime | None) -> int | None:
+    return int(moment.timestamp()) if moment is not None else None
+
+
+# --- hyperparameters ---------------------------------------------------------------------
+
+
+def preset_for(model: str) -> str | None:
+    """rft-tiny trains with its own recipe (the tiny-cpu preset); other models use ours."""
+    return TINY_PRESET if model == TINY_MODEL else None
+
+
+def our_hyperparameters(
+    theirs: ReinforcementHyperparameters, *, model: str, seed: int | None, rows: int
+) -> Hyperparameters:
+    """OpenAI's reinforcement hyperparameters as ours; "auto" (or absent) keeps our value."""
+    preset = preset_for(model)
+    base = Hyperparameters.model_validate({"preset": preset} if preset else {})
+    values: dict[str, Any] = {"preset": preset} if preset else {}
+    if isinstance(theirs.batch_size, int):
+        values["prompts_per_step"] = theirs.batch_size
+    prompts_per_step = values.get("prompts_per_step", base.prompts_per_step)
+    if isinstance(theirs.n_epochs, int):
+        if theirs.n_epochs < 1:
+            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
+        values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / prompts_per_step))
+    if isinstance(theirs.learning_rate_multiplier, float | int):
+        values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
+    if isinstance(theirs.compute_multiplier, float | int):
+        generations = base.num_generations * theirs.compute_multiplier
+        if not math.isfinite(generations) or generations > MAX_GENERATIONS:
+            raise InvalidJobRequest(
+                f"compute_multiplier {theirs.compute_multiplier} asks for more than "
+                f"{MAX_GENERATIONS} completions per prompt",
+                param="compute_multiplier",
+            )
+        values["num_generations"] = max(MIN_GENERATIONS, round(generations))
+    if isinstance(theirs.eval_interval, int):
+        values["eval_every"] = theirs.eval_interval
+    if isinstance(theirs.eval_samples, int):
+        values["eval_samples"] = theirs.eval_samples
+    if seed is not None:
+        values["seed"] = seed
+    try:
+        return Hyperparameters.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise InvalidJobRequest(
+            f"hyperparameters give {field} = {first.get('input')!r}: {first['msg']}",
+            param="method.reinforcement.hyperparameters",
+        ) from None
+
+
+def their_hyperparameters(job: Job, rows: int) -> ReinforcementHyperparameters:
+    ours = job.hyperparameters
+    preset = ours.get("preset")
+    base = Hyperparameters.model_validate({"preset": preset} if preset else {})
+    prompts_per_step = int(ours.get("prompts_per_step", base.prompts_per_step))
+    return ReinforcementHyperparameters(
+        batch_size=prompts_per_step,
+        n_epochs=max(1, round(int(ours["train_steps"]) * prompts_per_step / max(1, rows))),
+        learning_rate_multiplier=float(ours.get("learning_rate", base.learning_rate))
+        / base.learning_rate,
+        compute_multiplier=int(ours.get("num_generations", base.num_generations))
+        / base.num_generations,
+        eval_interval=ours.get("eval_every") or "auto",
+        eval_samples=int(ours.get("eval_samples", base.eval_samples)),
+        reasoning_effort="default",
+    )
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -> FineTuningJob:
+    if request.hyperparameters:
+        raise InvalidJobRequest(
+            "top-level hyperparameters are for supervised jobs (deprecated by OpenAI): give "
+            "method.reinforcement.hyperparameters",
+            param="hyperparameters",
+        )
+    method = request.method
+    if method is None or method.type != "reinforcement" or method.reinforcement is None:
+        raise InvalidJobRequest(
+            "only reinforcement fine-tuning is offered here: give method={'type': "
+            "'reinforcement', 'reinforcement': {'grader': ..., 'hyperparameters': ...}}",
+            param="method",
+        )
+    grader = method.reinforcement.grader
+    settings = get_settings()
+    check_grader(grader, settings)
+    try:
+        training = get_dataset(session, tenant_id, request.training_file)
+    except NotFound:
+        raise NotFound(f"No such File object: {request.training_file}") from None
+    if request.validation_file is not None:
+        try:
+            get_dataset(session, tenant_id, request.validation_file)
+        except NotFound:
+            raise NotFound(f"No such File object: {request.validation_file}") from None
+    theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
+    hyperparameters = our_hyperparameters(
+        theirs, model=request.model, seed=request.seed, rows=training.row_count
+    )
+    report_to, secrets = integrations(request.integrations)
+    if report_to:
+        hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
+    judged = uses_judge(grader)
+    payload = JobCreate(
+        dataset_id=training.id,
+        base_model=request.model,
+        hyperparameters=hyperparameters,
+        name=request.suffix,
+        reward_functions=reward_functions(grader),
+        allow_network=judged,
+        secrets={**secrets, **(judge_environment(settings) if judged else {})},
+        validation_dataset_id=request.validation_file,
+    )
+    job = jobs.create_job(session, tenant_id, payload)
+    if theirs.reasoning_effort not in (None, "default"):
+        JobRepository(session).add_event(
+            job.id,
+            "warning",
+            f"reasoning_effort={theirs.reasoning_effort!r} has no effect: open models here "
+            "have no reasoning-effort setting",
+        )
+    return fine_tuning_job(session, job, training.row_count)
+
+
+def integrations(given: list[dict[str, Any]] | None) -> tuple[list[str], dict[str, str]]:
+    """OpenAI's wandb integration as our report_to and the tracker's environment."""
+    report_to: list[str] = []
+    secrets: dict[str, str] = {}
+    for integration in given or []:
+        if integration.get("type") != "wandb":
+            raise InvalidJobRequest(
+                f"integration type {integration.get('type')!r} is not offered: only 'wandb'",
+                param="integrations",
+            )
+        wandb = integration.get("wandb") or {}
+        report_to.append("wandb")
+        for key, variable in (
+            ("project", "WANDB_PROJECT"),
+            ("entity", "WANDB_ENTITY"),
+            ("name", "WANDB_NAME"),
+        ):
+            if isinstance(wandb.get(key), str):
+                secrets[variable] = wandb[key]
+    return report_to, secrets
+
+
+def job_grader(session: Session, job: Job) -> Any | None:
+    """The grader a job was created with, read back from its compiled reward source."""
+    for name, version in JobRepository(session).latest_function_versions(job.id).items():
+        grader = grader_in_source(version.source)
+        if grader is not None and reward_name(str(grader.get("name", ""))) == name:
+            try:
+                return GRADER_ADAPTER.validate_python(grader)
+            except ValidationError:
+                return None
+    return None
+
+
+def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> FineTuningJob:
+    if rows is None:
+        rows = get_dataset(session, job.tenant_id, job.dataset_id).row_count
+    hyperparameters = their_hyperparameters(job, rows)
+    grader = job_grader(session, job)
+    status = JobStatus(job.status)
+    return FineTuningJob(
+        id=job.id,
+        created_at=int(job.created_at.timestamp()),
+        error=(
+            JobError(code="job_failed", message=job.failure_reason or "the job failed")
+            if status == JobStatus.FAILED
+            else None
+        ),
+        fine_tuned_model=(
+            fine_tuned_model_name(job.base_model, job.id) if status == JobStatus.SUCCEEDED else None
+        ),
+        finished_at=unix(job.finished_at),
+        hyperparameters=JobHyperparameters(
+            batch_size=hyperparameters.batch_size,
+            learning_rate_multiplier=hyperparameters.learning_rate_multiplier,
+            n_epochs=hyperparameters.n_epochs,
+        ),
+        model=job.base_model,
+        organization_id=job.tenant_id,
+        seed=int(job.hyperparameters.get("seed", 0)),
+        status=status.value,
+        training_file=job.dataset_id,
+        validation_file=job.validation_dataset_id,
+        suffix=job.name,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER_ADAPTER.dump_python(grader, mode="json", exclude_none=True)
+                if grader is not None
+                else None,
+                "hyperparameters": hyperparameters.model_dump(exclude_none=True),
+            },
+        },
+    )
+
+
+def get_fine_tuning_job(session: Session, tenant_id: str, job_id: str) -> FineTuningJob:
+    return fine_tuning_job(session, get_job(session, tenant_id, job_id))
+
+
+def get_job(session: Session, tenant_id: str, job_id: str) -> Job:
+    try:
+        return jobs.get_job(session, tenant_id, job_id)
+    except NotFound:
+        raise NotFound(f"No such fine-tuning job: {job_id}") from None
+
+
+def list_fine_tuning_jobs(
+    session: Session, tenant_id: str, *, limit: int, after: str | None
+) -> OpenAIPage[FineTuningJob]:
+    rows = jobs.list_jobs(session, tenant_id, limit=limit + 1, after=after, status=None)
+    return page([fine_tuning_job(session, job) for job in rows[:limit]], len(rows) > limit)
+
+
+def change_status(
+    session: Session,
+    tenant_id: str,
+    job_id: str,
+    change: Callable[[Session, str, str], Job],
+) -> FineTuningJob:
+    get_job(session, tenant_id, job_id)  # OpenAI's 404 wording
+    return fine_tuning_job(session, change(session, tenant_id, job_id))
+
+
+# --- events and checkpoints --------------------------------------------------------------
+
+EVENT_LEVELS = {"warning": "warn", "error": "error"}
+
+
+def list_events(
+    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
+) -> OpenAIPage[FineTuningJobEvent]:
+    """Newest first, as OpenAI lists them: the job's events as messages and each training
+    step as a metrics event (reward means, per-grader scores and errors, validation reward)."""
+    job = get_job(session, tenant_id, job_id)
+    repository = JobRepository(session)
+    # Ordered by the exact time (the objects carry whole seconds), then by id or step.
+    timed = [
+        (
+            event.created_at,
+            event.id,
+            FineTuningJobEvent(
+                id=f"ftevent-{event.id}",
+                created_at=int(event.created_at.timestamp()),
+                level=EVENT_LEVELS.get(event.kind, "info"),  # type: ignore[arg-type]
+                message=event.message,
+                data={"kind": event.kind, **(event.data or {})},
+                type="message",
+            ),
+        )
+        for event in repository.list_events(job.id, after_id=0, limit=1_000_000)
+    ]
+    timed.extend(step_events(session, job))
+    timed.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
+    return page_after([event for _, _, event in timed], limit, after)
+
+
+def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTuningJobEvent]]:
+    repository = JobRepository(session)
+    grader = job_grader(session, job)
+    main = reward_name(grader.name) if grader is not None else None
+    parts = part_reward_names(grader) if grader is not None else {}
+    validation = {
+        evaluation.step: evaluation
+        for evaluation in repository.list_evaluations(job.id, after_step=0, limit=1_000_000)
+    }
+    events = []
+    for row in repository.list_steps(job.id, after_step=0, limit=1_000_000):
+        functions = json.loads(row["reward_functions"] or "{}")
+        named = parts or ({grader.name: main} if grader is not None and main else {})
+        if not named:
+            named = {name: name for name in functions}
+        evaluation = validation.get(row["step"])
+        data = {
+            "step": row["step"],
+            "train_reward_mean": row["reward_mean"],
+            "train_reward_std": row["reward_std"],
+            "valid_reward_mean": evaluation.reward_mean if evaluation is not None else None,
+            "scores": {
+                grader_name: functions.get(function, {}).get("mean")
+                for grader_name, function in named.items()
+            },
+            "errors": {
+                grader_name: functions.get(function, {}).get("errors", 0)
+                for grader_name, function in named.items()
+            },
+            "error_rate": (functions.get(main, {}).get("error_rate") if main is not None else None),
+            "loss": row["loss"],
+            "kl": row["kl"],
+            "learning_rate": row["learning_rate"],
+            "frac_reward_zero_std": row["frac_reward_zero_std"],
+            "config_version": row["config_version"],
+        }
+        events.append(
+            (
+                row["created_at"],
+                row["step"],
+                FineTuningJobEvent(
+                    id=f"ftevent-step-{row['step']}",
+                    created_at=int(row["created_at"].timestamp()),
+                    level="info",
+                    message=f"Step {row['step']}/{job.hyperparameters['train_steps']}: "
+                    f"train reward mean {row['reward_mean']}",
+                    data=data,
+                    type="metrics",
+                ),
+            )
+        )
+    return events
+
+
+def list_checkpoints(
+    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
+) -> OpenAIPage[FineTuningJobCheckpoint]:
+    job = get_job(session, tenant_id, job_id)
+    repository = JobRepository(session)
+    steps = {
+        row["step"]: row for row in repository.list_steps(job.id, after_step=0, limit=1_000_000)
+    }
+    rewards = repository.evaluation_rewards(job.id)
+    checkpoints = [
+        FineTuningJobCheckpoint(
+            id=f"ftckpt-{job.id}-{checkpoint.step}",
+            created_at=int(checkpoint.created_at.timestamp()),
+            fine_tuned_model_checkpoint=fine_tuned_model_name(
+                job.base_model, job.id, checkpoint.step
+            ),
+            fine_tuning_job_id=job.id,
+            step_number=checkpoint.step,
+            metrics=CheckpointMetrics(
+                step=checkpoint.step,
+                train_loss=steps[checkpoint.step]["loss"] if checkpoint.step in steps else None,
+                train_reward_mean=(
+                    steps[checkpoint.step]["reward_mean"] if checkpoint.step in steps else None
+                ),
+                valid_reward_mean=rewards.get(checkpoint.step),
+            ),
+        )
+        for checkpoint in sorted(
+            repository.list_checkpoints(job.id), key=lambda c: c.step, reverse=True
+        )
+    ]
+    return page_after(checkpoints, limit, after)
+
+
+# --- pages -------------------------------------------------------------------------------
+
+
+def page(items: Sequence[Item], has_more: bool) -> OpenAIPage[Item]:
+    return OpenAIPage[Item](
+        data=list(items),
+        has_more=has_more,
+        first_id=getattr(items[0], "id", None) if items else None,
+        last_id=getattr(items[-1], "id", None) if items else None,
+    )
+
+
+def page_after(items: list[Item], limit: int, after: str | None) -> OpenAIPage[Item]:
+    """One page of an ordered list, after the item whose id is ``after``."""
+    if after is not None:
+        ids = [getattr(item, "id", None) for item in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    return page(items[:limit], len(items) > limit)
