@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="Where uid leases are locked (default <tmp>/rft-sandbox-uids); workers on "
         "one host must share it, or use disjoint uid ranges.",
     )
+    training_processes_per_job: int = Field(
+        1,
+        ge=1,
+        description="Processes (ranks) each job trains on: 1 runs in a warm pre-started "
+        "process; N > 1 starts N ranks under torchrun (DDP; gloo on CPU) in the job's own "
+        "session. A step's completions must split evenly over the ranks.",
+    )
     worker_lease_s: float = Field(
         60.0,
         gt=0,

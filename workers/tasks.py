@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
@@ -32,9 +33,19 @@ def start_reaper(**_: Any) -> None:
     thread = ReaperThread(reaper, interval_s=max(0.5, settings.worker_lease_s / 6))
     thread.start()
     _reaper_threads.append(thread)
+    one_process_jobs = settings.training_processes_per_job == 1
+    if one_process_jobs and threading.current_thread() is threading.main_thread():
+        from workers.training.launch import start_spare
+
+        # A warm training process for the first job (imports take seconds); started from
+        # the main thread, which lives as long as the worker (its death signal follows it).
+        start_spare()
 
 
 @worker_shutting_down.connect
 def stop_reaper(**_: Any) -> None:
     for thread in _reaper_threads:
         thread.stopped.set()
+    from workers.training.launch import stop_spare
+
+    stop_spare()

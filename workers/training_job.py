@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
-from sandbox.api import RewardFunctionSpec, RewardSandbox
-from sandbox.process import ProcessSandbox
+from sandbox.api import RewardFunctionSpec
 from service.artifacts.storage import ArtifactStore, artifact_store
 from service.datasets.repository import DatasetRepository
 from service.db import session_scope
@@ -28,22 +27,26 @@ from service.jobs.schemas import run_settings
 from service.jobs.service import split_validation, transition
 from service.jobs.status import JobStatus
 from service.models import Checkpoint, Job, Step
-from service.reward_functions.scoring import sandbox_settings
 from service.secrets import SecretsKeyError, unseal
 from service.settings import Settings, get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
-from workers.job_sandbox import JobSandbox
 from workers.job_watch import JobState, JobWatcher
 from workers.lease import JobHeartbeat
 from workers.metrics import observe_step
 from workers.recording import BackgroundWriter, store_step, with_database_retries
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.generation import GenerationSetupError, choose_generation
+from workers.training.launch import (
+    EnvironmentRecorder,
+    StagesEnvironment,
+    TrainingProcessError,
+    run_grpo_in_processes,
+)
+from workers.training.rank_process import RankJob
 from workers.training.records import RewardConfig, StepRecord
 from workers.training.trackers import (
     TrackerSetupError,
     check_trackers_installed,
-    tracker_environment,
 )
 from workers.training_signals import (
     SignalMonitor,
@@ -107,8 +110,8 @@ class DatabaseObserver:
         # Steps and checkpoints are stored off the training thread, in order; close() waits
         # for them, so the job's final status is set only once all its rows are stored.
         self.writer = BackgroundWriter(job_id)
-        # The job's sandbox, once open: new secrets reach it through poll_reward_config.
-        self.sandbox: JobSandbox | None = None
+        # Where new secrets go (poll_reward_config): the ranks' sandboxes restart with them.
+        self.sandbox: StagesEnvironment | None = None
 
     def close(self, *, raise_failure: bool = True) -> None:
         """Store everything still queued; raise if a record could not be stored."""
@@ -347,20 +350,20 @@ def _plan(
         )
 
 
-def _open_sandbox(plan: JobPlan, settings: Settings) -> JobSandbox:
+def _rank_job(plan: JobPlan) -> RankJob:
+    """What the training processes need; runtime packages are installed here, once."""
     packages = (
         install_runtime_packages(plan.runtime_packages, plan.spec.output_dir / "runtime-packages")
         if plan.runtime_packages
         else None
     )
-
-    def start(secrets: dict[str, str]) -> ProcessSandbox:
-        config = sandbox_settings(settings, allow_network=plan.allow_network, secrets=secrets)
-        if packages is not None:
-            config.extra_python_paths = [packages]
-        return ProcessSandbox(config)
-
-    return JobSandbox(start, plan.secrets)
+    return RankJob(
+        spec=plan.spec,
+        allow_network=plan.allow_network,
+        secrets=plan.secrets,
+        packages_path=packages,
+        report_to=list(plan.spec.hyperparameters.report_to),
+    )
 
 
 def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Path) -> Path | None:
@@ -395,10 +398,7 @@ def _train(
     job_id: str, settings: Settings, resume_from: Checkpoint | None, watcher: JobWatcher
 ) -> None:
     """Run the training and set the final status (unless someone else ended the job)."""
-    sandbox: RewardSandbox | None = None
     try:
-        from workers.training.grpo import run_grpo
-
         store = artifact_store(settings)
         plan = _plan(job_id, settings, store, resume_from)
         _record_generation(job_id, plan.spec)
@@ -418,9 +418,16 @@ def _train(
         )
         try:
             check_trackers_installed(hyperparameters.report_to)
-            sandbox = observer.sandbox = _open_sandbox(plan, settings)
-            with tracker_environment(hyperparameters.report_to, plan.secrets):
-                outcome = run_grpo(plan.spec, sandbox, observer)
+            environment = EnvironmentRecorder()
+            observer.sandbox = environment
+            # The training runs in processes of its own (each rank with its own sandbox);
+            # this process records what rank 0 reports and decides when to stop.
+            outcome = run_grpo_in_processes(
+                _rank_job(plan),
+                observer,
+                environment,
+                num_processes=settings.training_processes_per_job,
+            )
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
             # The run's own error is the one to report; what was queued is still stored.
@@ -431,9 +438,6 @@ def _train(
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
         return
-    finally:
-        if sandbox is not None:
-            sandbox.close()
     if observer.breaker.tripped:
         _finish(job_id, JobStatus.FAILED, reason=observer.breaker.tripped, adapter=None)
     elif outcome.stop_reason is None:
@@ -454,14 +458,30 @@ def signal_settings(hyperparameters: Hyperparameters) -> SignalSettings:
 
 
 def store_warning(job_id: str, warning: TrainingWarning) -> None:
-    """A 'warning' event, and the warning added to the job's own list."""
+    """A 'warning' event, and the warning added to the job's own list.
+
+    Once per kind, step (and function): a run resumed from a checkpoint re-runs the steps
+    after it, and may see the same episode again.
+    """
+    identity = {"kind": warning.kind, "step": warning.step}
+    if "function" in warning.data:
+        identity["function"] = warning.data["function"]
 
     def write() -> None:
         with session_scope() as session:
-            session.execute(
-                text("UPDATE jobs SET warnings = warnings || CAST(:added AS jsonb) WHERE id = :id"),
-                {"added": json.dumps([warning.as_json()]), "id": job_id},
-            )
+            added = session.execute(
+                text(
+                    "UPDATE jobs SET warnings = warnings || CAST(:added AS jsonb) "
+                    "WHERE id = :id AND NOT warnings @> CAST(:identity AS jsonb) RETURNING id"
+                ),
+                {
+                    "added": json.dumps([warning.as_json()]),
+                    "identity": json.dumps([identity]),
+                    "id": job_id,
+                },
+            ).first()
+            if added is None:
+                return
             JobRepository(session).add_event(
                 job_id, "warning", warning.message, step=warning.step, data=warning.as_json()
             )
@@ -520,7 +540,12 @@ def _record_generation(job_id: str, spec: TrainingSpec) -> None:
 def describe_failure(exc: BaseException) -> str:
     """One readable line for the job's failure_reason; the traceback goes to the logs."""
     if isinstance(
-        exc, PackageInstallError | SecretsKeyError | GenerationSetupError | TrackerSetupError
+        exc,
+        PackageInstallError
+        | SecretsKeyError
+        | GenerationSetupError
+        | TrackerSetupError
+        | TrainingProcessError,
     ):
         return str(exc)
     last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []

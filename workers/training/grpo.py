@@ -7,6 +7,7 @@ directly on the built-in tiny model.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,17 +201,36 @@ def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
     )
 
 
+def per_rank_batches(hp: Hyperparameters, world_size: int) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) of each of ``world_size`` ranks, so that the ranks
+    together generate exactly one step's completions: the same global batch, and so the same
+    step, as one process (DDP averages the ranks' gradients)."""
+    completions = hp.completions_per_step
+    if completions % world_size != 0:
+        raise ValueError(
+            f"a step's {completions} completions (prompts_per_step x num_generations) cannot be "
+            f"split evenly over {world_size} processes"
+        )
+    per_rank = completions // world_size
+    micro = max(
+        d for d in range(1, per_rank + 1) if per_rank % d == 0 and d <= hp.resolved_micro_batch_size
+    )
+    return micro, per_rank // micro
+
+
 def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOConfig:
     hp = spec.hyperparameters
+    # torchrun says how many processes share the job; one process is a world of one.
+    micro_batch, accumulation = per_rank_batches(hp, int(os.environ.get("WORLD_SIZE", "1")))
     return GRPOConfig(
         output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so
         # a step's record, config version and advantages all describe the same samples. The
         # backward pass runs on micro-batches of that one generation (gradient accumulation),
         # so a step's memory follows micro_batch_size, not the step's size.
-        per_device_train_batch_size=hp.resolved_micro_batch_size,
-        gradient_accumulation_steps=hp.gradient_accumulation_steps,
-        steps_per_generation=hp.gradient_accumulation_steps,
+        per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,
         num_iterations=1,
         num_generations=hp.num_generations,
         max_completion_length=hp.max_completion_length,
@@ -242,6 +262,9 @@ def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOC
         fp16=False,
         activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
         dataloader_pin_memory=use_cuda,
+        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
+        # (FACTS: "One GRPO job across several processes").
+        use_cpu=not use_cuda,
         logging_steps=1,
         save_strategy="steps",
         save_steps=hp.checkpoint_every,

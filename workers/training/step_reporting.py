@@ -14,6 +14,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from sandbox.api import RewardCodeError
+from workers.training.ranks import RankGroup, merge_generations
 from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import (
     CompletionRecord,
@@ -68,6 +69,9 @@ class StepReporter(TrainerCallback):
         self._step_started = time.perf_counter()
         self.stop_reason: str | None = None
         self._rejected_versions: set[int] = set()
+        # With N processes: which rank this is (rank 0 records), and the collectives that keep
+        # every rank on the same config and stop decision (see workers/training/ranks.py).
+        self._ranks = RankGroup.current()
 
     def on_step_begin(
         self,
@@ -86,14 +90,23 @@ class StepReporter(TrainerCallback):
             or update.version in self._rejected_versions
         ):
             return
+        in_force = self._dispatcher.config
+        problem: str | None = None
         try:
             self._dispatcher.apply_config(update)
         except RewardCodeError as exc:
+            problem = str(exc)
+        if self._ranks.world_size > 1:
+            # Every rank loads the version in its own sandbox; if one cannot, none uses it.
+            problem = next((p for p in self._ranks.gather(problem) if p is not None), None)
+            if problem is not None and self._dispatcher.config is not in_force:
+                self._dispatcher.apply_config(in_force)
+        if problem is not None:
             # The API validated this code, but this worker cannot load it (e.g. a package the
             # API has): hours of training are worth more than the update. Keep the config in
             # force and say so; a later version is tried when it comes.
             self._rejected_versions.add(update.version)
-            self._observer.on_config_rejected(update.version, str(exc))
+            self._observer.on_config_rejected(update.version, problem)
             return
         self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
 
@@ -115,6 +128,10 @@ class StepReporter(TrainerCallback):
             # each optimizer step generates once): better a missing record than a wrong one.
             logger.warning("step %d: no generation of its own to report", state.global_step)
             return
+        advantages: list[float | None] = list(self._trainer.last_advantages or [])
+        if self._ranks.world_size > 1:
+            # Each rank scored its own slice; the record holds every rank's, each once.
+            generation, advantages = merge_generations(self._ranks.gather((generation, advantages)))
         evaluate = self._evaluator is not None and self._evaluator.due(
             state.global_step, args.max_steps
         )
@@ -122,12 +139,14 @@ class StepReporter(TrainerCallback):
             # Every evaluated step is checkpointed, so the best by validation reward can be
             # downloaded (and resumed from).
             control.should_save = True
-        record = self._build_record(state.global_step, generation, logs)
-        if evaluate and self._evaluator is not None:
-            record.evaluation = self._evaluator.evaluate(
-                self._trainer, self._dispatcher, state.global_step
-            )
-        self._observer.on_step(record)
+        if self._ranks.is_main:
+            record = self._build_record(state.global_step, generation, logs, advantages)
+            if evaluate and self._evaluator is not None:
+                record.evaluation = self._evaluator.evaluate(
+                    self._trainer, self._dispatcher, state.global_step
+                )
+            self._observer.on_step(record)
+        # Under N ranks the observer hands rank 0's answer to every rank.
         reason = self._observer.should_stop()
         if reason is not None:
             # Kept even when this was the last step anyway: the caller must know the run was
@@ -144,13 +163,18 @@ class StepReporter(TrainerCallback):
         control: TrainerControl,
         **kwargs: Any,
     ) -> None:
+        if not self._ranks.is_main:
+            return  # one checkpoint, reported once (the Trainer writes the adapter on rank 0)
         path = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         self._observer.on_checkpoint(state.global_step, path)
 
     def _build_record(
-        self, step: int, generation: ScoredGeneration, logs: dict[str, Any]
+        self,
+        step: int,
+        generation: ScoredGeneration,
+        logs: dict[str, Any],
+        advantages: list[float | None],
     ) -> StepRecord:
-        advantages: list[float | None] = list(self._trainer.last_advantages or [])
         if len(advantages) != len(generation.completions):
             advantages = [None] * len(generation.completions)
         names = list(generation.weights)

@@ -1,0 +1,238 @@
+"""One job on two processes (torchrun, DDP over gloo on CPU), through the API.
+
+The stack's worker trains every job on 2 ranks (RFT_TRAINING_PROCESSES_PER_JOB=2). Each rank
+scores its own half of a step in its own sandbox; rank 0 gathers both halves, and the worker
+records them. Cancel, a killed rank and a lost worker must leave no training process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.tiny import TINY_HYPERPARAMETERS
+
+pytestmark = pytest.mark.integration
+
+RANKS = 2
+PROMPTS_PER_STEP = 2
+NUM_GENERATIONS = 4
+# Prints so that every rank's logs must reach the record; slow enough to act mid-run.
+COUNTING_REWARD = (
+    "import time\n"
+    "def counting(prompts, completions, **kwargs):\n"
+    "    time.sleep(0.1)\n"
+    "    print(f'scored {len(completions)}')\n"
+    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
+)
+
+
+@pytest.fixture(scope="module")
+def ranks_stack() -> Iterator[LocalStack]:
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-multi-rank-"))
+    with LocalStack(
+        state_dir,
+        workers=1,
+        extra_env={
+            "RFT_TRAINING_PROCESSES_PER_JOB": str(RANKS),
+            "RFT_WORKER_LEASE_S": "6",
+            "OMP_NUM_THREADS": "1",
+        },
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+def ranks_client(ranks_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(ranks_stack) as http:
+        yield http
+
+
+def start_job(client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2) -> str:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
+    job = create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"counting": {"source": COUNTING_REWARD}},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": train_steps,
+                "prompts_per_step": PROMPTS_PER_STEP,
+                "num_generations": NUM_GENERATIONS,
+                "checkpoint_every": checkpoint_every,
+            },
+        },
+    )
+    return str(job["id"])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces or parentheses: the fields after its last ')' are fixed.
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def training_processes(root: int) -> dict[int, str]:
+    """The training launcher and ranks descending from ``root``: pid -> command line."""
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    parents = {pid: _parent(pid) for pid in pids}
+    found: dict[int, str] = {}
+    frontier = {root}
+    while frontier:
+        children = {pid for pid, parent in parents.items() if parent in frontier}
+        frontier = children - set(found)
+        for pid in frontier:
+            command = _command(pid)
+            if "workers.training.rank_process" in command or "torch.distributed.run" in command:
+                found[pid] = command
+    return found
+
+
+def rank_pids(root: int) -> dict[int, int]:
+    """Rank number -> pid of the ranks under ``root`` (a rank's environment names its RANK)."""
+    ranks: dict[int, int] = {}
+    for pid, command in training_processes(root).items():
+        if "torch.distributed.run" in command:
+            continue
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for entry in environment:
+            if entry.startswith(b"RANK="):
+                ranks[int(entry[5:])] = pid
+    return ranks
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list[int], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(alive(pid) for pid in pids):
+            return
+        time.sleep(0.2)
+    left = {pid: _command(pid) for pid in pids if alive(pid)}
+    raise AssertionError(f"training processes still running: {left}")
+
+
+def wait_for_ranks(root: int, timeout_s: float = 300) -> dict[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ranks = rank_pids(root)
+        if len(ranks) == RANKS:
+            return ranks
+        time.sleep(0.2)
+    raise AssertionError(f"{RANKS} ranks did not start: {training_processes(root)}")
+
+
+def test_two_rank_job_records_every_completion_of_both_ranks_once(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    train_steps = 3
+    job_id = start_job(ranks_client, train_steps=train_steps)
+    job = wait_for(ranks_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+
+    steps = ranks_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    assert all(s["loss"] is not None and s["reward_mean"] is not None for s in steps)
+    completions = all_pages(ranks_client, f"/v1/jobs/{job_id}/completions")
+    per_step: dict[int, list[tuple[int, int]]] = {}
+    for row in completions:
+        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
+    # The global batch, not twice it: every (prompt, position) of each step exactly once.
+    expected = sorted((p, g) for p in range(PROMPTS_PER_STEP) for g in range(NUM_GENERATIONS))
+    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
+        step: expected for step in range(1, train_steps + 1)
+    }
+    # Each rank scored its own half and printed so; both halves' logs are in the step's log.
+    for step in range(1, train_steps + 1):
+        logs = ranks_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()["data"]
+        assert len(logs) == 1
+        output = logs[0]["output"]
+        assert "[rank 0]" in output and "[rank 1]" in output
+        half = PROMPTS_PER_STEP * NUM_GENERATIONS // RANKS
+        assert output.count(f"scored {half}") == RANKS
+    events = all_pages(ranks_client, f"/v1/jobs/{job_id}/events/history")
+    assert [e["step"] for e in events if e["kind"] == "checkpoint"] == [2, 3]
+    # Both ranks trained (their log lines are in the worker's log), and nothing is left.
+    log = (ranks_stack.log_dir / "worker1.log").read_text(errors="replace")
+    assert "/rank1]" in log
+    wait_gone(list(training_processes(ranks_stack.workers[0].pid)))
+
+
+def test_cancel_stops_every_rank(ranks_stack: LocalStack, ranks_client: httpx.Client) -> None:
+    worker = ranks_stack.workers[0].pid
+    job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100)
+    wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    launched = list(training_processes(worker))
+    assert len(rank_pids(worker)) == RANKS
+    assert ranks_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    job = wait_for(ranks_client, job_id, timeout_s=300)
+    assert job["status"] == "cancelled"
+    wait_gone(launched)
+
+
+def test_a_killed_rank_fails_the_job_and_stops_the_others(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    worker = ranks_stack.workers[0].pid
+    job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100)
+    wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    launched = list(training_processes(worker))
+    ranks = wait_for_ranks(worker)
+    os.kill(ranks[1], signal.SIGKILL)
+    job = wait_for(ranks_client, job_id, timeout_s=300)
+    assert job["status"] == "failed"
+    assert "training process" in job["failure_reason"]
+    wait_gone(launched)
+
+
+def test_a_lost_worker_takes_its_ranks_along_and_the_job_resumes(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    worker = ranks_stack.workers[0]
+    train_steps = 8
+    job_id = start_job(ranks_client, train_steps=train_steps, checkpoint_every=2)
+    wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 3, timeout_s=600)
+    launched = list(training_processes(worker.pid))
+    assert len(rank_pids(worker.pid)) == RANKS
+    ranks_stack.kill_worker(worker)
+    # The launcher and the ranks are in a session of their own: the SIGKILL of the worker's
+    # group does not reach them, their death signal does.
+    wait_gone(launched)
+    ranks_stack.start_worker()
+    job = wait_for(ranks_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    events = all_pages(ranks_client, f"/v1/jobs/{job_id}/events/history")
+    assert any(e["kind"] == "resumed" for e in events)
+    steps = ranks_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))

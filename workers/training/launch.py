@@ -1,0 +1,226 @@
+"""The worker's side of a job's training processes: launch them, answer rank 0, stop them all.
+
+The worker never trains in its own process. One process: a warm spare (torch, transformers
+and TRL already imported) takes the job, so a small job pays no start-up. N processes:
+torchrun (``--standalone``: a free rendezvous port per job) starts N ranks. Either way the
+launched process runs ``workers.training.rank_process`` in a session of its own, dies with
+the worker (PR_SET_PDEATHSIG), and rank 0 connects back to the job folder's unix socket; the
+worker answers its questions with its own observer (the database, the watcher, the circuit
+breaker), so what is recorded and decided is exactly what an in-process run records.
+
+Whatever ends the run (success, a failure, a rank that dies, a database error on the worker's
+side), the launcher's process group gets SIGTERM and, after a grace period, SIGKILL: nothing
+is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Protocol, cast
+
+from workers.training.rank_process import JOB_FILE, WORKER_SOCKET, RankJob
+from workers.training.records import TrainingObserver
+
+if TYPE_CHECKING:
+    from workers.training.grpo import TrainingOutcome
+
+logger = logging.getLogger(__name__)
+
+RANK_MODULE = "workers.training.rank_process"
+STOP_GRACE_S = 10.0
+# The calls rank 0 may make on the worker's observer.
+_OBSERVER_CALLS = frozenset(
+    {"poll_reward_config", "should_stop", "on_step", "on_checkpoint", "on_config_rejected"}
+)
+
+
+class TrainingProcessError(RuntimeError):
+    """The training processes failed; the message is the job's failure reason."""
+
+
+class EnvironmentRecorder:
+    """Stands in for the sandbox on the worker's observer: a config update's new secrets are
+    recorded here and sent to the ranks, whose sandboxes restart with them."""
+
+    def __init__(self) -> None:
+        self.staged: dict[str, str] | None = None
+
+    def stage_environment(self, environment: dict[str, str]) -> None:
+        self.staged = dict(environment)
+
+    def take(self) -> dict[str, str] | None:
+        staged, self.staged = self.staged, None
+        return staged
+
+
+class StagesEnvironment(Protocol):
+    def stage_environment(self, environment: dict[str, str]) -> None: ...
+
+
+_spare: subprocess.Popen[bytes] | None = None
+
+
+def _start_rank_process(*args: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", RANK_MODULE, *args],
+        stdin=stdin,
+        # Its own session: a signal to the worker's group does not reach it half-way, and the
+        # worker stops the whole group itself.
+        start_new_session=True,
+    )
+
+
+def start_spare() -> None:
+    """Have a warm one-process trainer waiting for the next job (idempotent).
+
+    Call it from a thread that lives as long as the worker (the main thread): the spare's
+    PR_SET_PDEATHSIG fires when the thread that started it ends.
+    """
+    global _spare
+    if _spare is not None and _spare.poll() is None:
+        return
+    _spare = _start_rank_process("--spare", stdin=subprocess.PIPE)
+
+
+def stop_spare() -> None:
+    global _spare
+    if _spare is not None:
+        stop_process_group(_spare, grace_s=2.0)
+        _spare = None
+
+
+def _take_spare() -> subprocess.Popen[bytes]:
+    global _spare
+    start_spare()
+    spare, _spare = cast(subprocess.Popen[bytes], _spare), None
+    return spare
+
+
+def _launch(job_dir: Path, num_processes: int) -> subprocess.Popen[bytes]:
+    if num_processes == 1:
+        spare = _take_spare()
+        stdin = cast(IO[bytes], spare.stdin)
+        stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
+        stdin.close()
+        return spare
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", f"--nproc_per_node={num_processes}",
+        "-m", RANK_MODULE, str(job_dir),
+    ]  # fmt: skip
+    # --exec arms PR_SET_PDEATHSIG in the launcher itself, then becomes torchrun.
+    return _start_rank_process("--exec", "--", *torchrun)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process's group (every rank), SIGKILL what is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        logger.warning("training processes of group %d ignored SIGTERM; killing", process.pid)
+    # Ranks outlive their launcher by a moment; none may outlive the job.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def run_grpo_in_processes(
+    job: RankJob,
+    observer: TrainingObserver,
+    environment: EnvironmentRecorder,
+    *,
+    num_processes: int = 1,
+) -> TrainingOutcome:
+    """Train ``job`` on ``num_processes`` processes; the TrainingOutcome of rank 0.
+
+    ``environment`` is what the observer stages new secrets on (its ``sandbox``).
+    Raises TrainingProcessError when the processes fail, and whatever the observer raises.
+    """
+    with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:  # 0700: ours alone
+        job_dir = Path(folder)
+        (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(job_dir / WORKER_SOCKET))
+        listener.listen(1)
+        launcher = _launch(job_dir, num_processes)
+        try:
+            connection = _accept(listener, launcher)
+            with connection:
+                return _serve(connection, launcher, observer, environment)
+        finally:
+            listener.close()
+            stop_process_group(launcher)
+            if num_processes == 1 and threading.current_thread() is threading.main_thread():
+                start_spare()  # warm for the next job
+
+
+def _accept(listener: socket.socket, launcher: subprocess.Popen[bytes]) -> Connection:
+    listener.settimeout(0.5)
+    while True:
+        try:
+            client, _ = listener.accept()
+        except TimeoutError:
+            if launcher.poll() is not None:
+                raise TrainingProcessError(
+                    f"the training processes exited (code {launcher.returncode}) before "
+                    "starting; see the worker's log"
+                ) from None
+            continue
+        client.settimeout(None)
+        return Connection(client.detach())
+
+
+def _serve(
+    connection: Connection,
+    launcher: subprocess.Popen[bytes],
+    observer: TrainingObserver,
+    environment: EnvironmentRecorder,
+) -> TrainingOutcome:
+    while True:
+        if not connection.poll(0.5):
+            if launcher.poll() is not None:
+                raise _exited(launcher)
+            continue
+        try:
+            method, args = connection.recv()
+        except EOFError:
+            raise _exited(launcher) from None
+        if method == "finished":
+            connection.send(None)
+            outcome: TrainingOutcome = args[0]
+            return outcome
+        if method == "failed":
+            raise TrainingProcessError(args[0])
+        if method not in _OBSERVER_CALLS:
+            raise TrainingProcessError(f"rank 0 made an unknown call {method!r}")
+        reply = getattr(observer, method)(*args)
+        if method == "poll_reward_config":
+            reply = (reply, environment.take())
+        connection.send(reply)
+
+
+def _exited(launcher: subprocess.Popen[bytes]) -> TrainingProcessError:
+    deadline = time.monotonic() + 5
+    while launcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    code = launcher.returncode
+    return TrainingProcessError(
+        "a training process ended before the run did"
+        + (f" (exit code {code})" if code is not None else "")
+        + "; see the worker's log"
+    )

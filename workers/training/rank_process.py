@@ -1,0 +1,205 @@
+"""One rank of a training job, in a process of its own (the worker only launches and records).
+
+Started three ways, one code path:
+
+- ``python -m workers.training.rank_process --spare``: a warm process for one-process jobs.
+  It imports torch, transformers and TRL ahead of time, then waits on stdin for a job folder.
+- ``python -m workers.training.rank_process JOB_DIR``: one rank under torchrun (N processes).
+- ``python -m workers.training.rank_process --exec -- CMD...``: ties CMD (torchrun) to its
+  parent's life, then becomes it.
+
+Every process sets PR_SET_PDEATHSIG, so a lost worker (or torchrun) takes its ranks along.
+Rank 0 talks to the worker over the job folder's unix socket (``WORKER_SOCKET``): it asks the
+worker's observer what to do (reward config, stop) and sends each step's record; the other
+ranks get rank 0's answers through the collectives in ``workers.training.ranks``.
+
+This module imports nothing heavy at its top: ``--exec`` must be quick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import json
+import logging
+import os
+import pickle
+import signal
+import sys
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.job_sandbox import JobSandbox
+    from workers.training.grpo import TrainingSpec
+    from workers.training.ranks import RankGroup
+    from workers.training.records import RewardConfig, StepRecord
+
+JOB_FILE = "job.pickle"
+WORKER_SOCKET = "worker.sock"
+# As Celery formats the worker's own log lines: the ranks write to the worker's log.
+LOG_FORMAT = "[%(asctime)s: %(levelname)s/rank%(rank)s] %(message)s"
+_PR_SET_PDEATHSIG = 1
+
+logger = logging.getLogger("workers.training.rank_process")
+
+
+@dataclass
+class RankJob:
+    """What every rank of one job needs; the worker writes it (pickled) into the job folder."""
+
+    spec: TrainingSpec
+    allow_network: bool
+    secrets: dict[str, str]
+    # Runtime packages installed by the worker, added to the sandbox's path.
+    packages_path: Path | None
+    report_to: list[str]
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when the thread that started it ends (its parent's, as a rule)."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+class RankObserver:
+    """The TrainingObserver every rank's StepReporter calls.
+
+    Rank 0 forwards each call to the worker's observer and waits for its answer; decisions
+    (a reward config, a stop) then reach every rank through a broadcast at the same step
+    boundary. Records, checkpoints and rejections are sent by rank 0 only.
+    """
+
+    def __init__(self, worker: Connection | None, sandbox: JobSandbox) -> None:
+        self.worker = worker
+        self.sandbox = sandbox
+
+    @functools.cached_property
+    def ranks(self) -> RankGroup:
+        # Known once the trainer has set torch.distributed up, before its first step.
+        from workers.training.ranks import RankGroup
+
+        return RankGroup.current()
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        assert self.worker is not None, "only rank 0 talks to the worker"
+        self.worker.send((method, args))
+        return self.worker.recv()
+
+    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
+        answer: tuple[RewardConfig | None, dict[str, str] | None] = self.ranks.from_main(
+            lambda: self._ask("poll_reward_config", current_version, starting_step)
+        )
+        config, environment = answer
+        if environment is not None:
+            # New secrets: this rank's sandbox restarts with them when the config loads.
+            self.sandbox.stage_environment(environment)
+        return config
+
+    def should_stop(self) -> str | None:
+        reason: str | None = self.ranks.from_main(lambda: self._ask("should_stop"))
+        return reason
+
+    def on_step(self, record: StepRecord) -> None:
+        if self.ranks.is_main:
+            self._ask("on_step", record)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        if self.ranks.is_main:
+            self._ask("on_checkpoint", step, path)
+
+    def on_config_rejected(self, version: int, message: str) -> None:
+        if self.ranks.is_main:
+            self._ask("on_config_rejected", version, message)
+
+
+def _open_sandbox(job: RankJob) -> JobSandbox:
+    from sandbox.process import ProcessSandbox
+    from service.reward_functions.scoring import sandbox_settings
+    from service.settings import get_settings
+    from workers.job_sandbox import JobSandbox
+
+    def start(secrets: dict[str, str]) -> ProcessSandbox:
+        config = sandbox_settings(get_settings(), allow_network=job.allow_network, secrets=secrets)
+        if job.packages_path is not None:
+            config.extra_python_paths = [job.packages_path]
+        return ProcessSandbox(config)
+
+    return JobSandbox(start, job.secrets)
+
+
+def run_rank(job_dir: Path) -> int:
+    """Train this rank's part of the job in ``job_dir``; the exit status of the process."""
+    from workers.training.grpo import run_grpo
+    from workers.training.trackers import tracker_environment
+
+    rank = int(os.environ.get("RANK", "0"))
+    worker = Client(str(job_dir / WORKER_SOCKET), family="AF_UNIX") if rank == 0 else None
+    sandbox: JobSandbox | None = None
+    try:
+        with open(job_dir / JOB_FILE, "rb") as handle:
+            job: RankJob = pickle.load(handle)  # written by our own worker, in a 0700 folder
+        sandbox = _open_sandbox(job)
+        observer = RankObserver(worker, sandbox)
+        with tracker_environment(job.report_to, job.secrets):
+            outcome = run_grpo(job.spec, sandbox, observer)
+        if worker is not None:
+            worker.send(("finished", (outcome,)))
+            worker.recv()
+        return 0
+    except BaseException as exc:
+        logger.exception("rank %d failed", rank)
+        if worker is not None:
+            from workers.training_job import describe_failure
+
+            with contextlib.suppress(OSError):
+                worker.send(("failed", (describe_failure(exc),)))
+        return 1
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
+
+def _configure_logging() -> None:
+    rank = os.environ.get("RANK", "0")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT.replace("%(rank)s", rank)))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _warm_imports() -> None:
+    """What a job needs first, imported while no job waits (seconds on a cold machine)."""
+    import workers.training.grpo
+    import workers.training.ranks
+    import workers.training.trackers  # noqa: F401
+    from sandbox.process import ProcessSandbox  # noqa: F401
+    from service.reward_functions.scoring import sandbox_settings  # noqa: F401
+    from workers.job_sandbox import JobSandbox  # noqa: F401
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--exec"]:
+        command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        die_with_parent()
+        os.execvp(command[0], command)
+    die_with_parent()
+    _configure_logging()
+    if argv[:1] == ["--spare"]:
+        _warm_imports()
+        line = sys.stdin.readline()
+        if not line:
+            return 0  # the worker closed its end: no job came
+        return run_rank(Path(json.loads(line)["job_dir"]))
+    return run_rank(Path(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
