@@ -213,3 +213,12 @@ def test_compiled_source_scores_like_the_runtime() -> None:
         .rstrip()
         .endswith("return grade_completion(GRADER, completion, example)")
     )
+
+
+def test_a_grader_without_a_name_is_named_by_its_type() -> None:
+    # OpenAI requires names; code in the wild leaves them out of python graders.
+    grader = GRADER.validate_python(
+        {"type": "python", "source": "def grade(s, i):\n    return 1\n"}
+    )
+    assert grader.name == "python"
+    assert list(reward_functions(grader)) == ["python"]
