@@ -222,3 +222,53 @@ def test_a_grader_without_a_name_is_named_by_its_type() -> None:
     )
     assert grader.name == "python"
     assert list(reward_functions(grader)) == ["python"]
+
+
+def test_model_graders_call_the_configured_judge_over_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The judge edge for real (urllib, headers, body), against a local stand-in judge."""
+    import http.server
+    import threading
+
+    received: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Judge(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append((self.path, self.headers["Authorization"], body))
+            reply = {"choices": [{"message": {"role": "assistant", "content": '{"result": 0.6}'}}]}
+            payload = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv(runtime.JUDGE_URL_VARIABLE, f"http://127.0.0.1:{server.server_port}/v1")
+        monkeypatch.setenv(runtime.JUDGE_KEY_VARIABLE, "rft_judge_key")
+        grader = {
+            "type": "score_model",
+            "name": "judge",
+            "model": "rft-tiny",
+            "input": [{"role": "user", "content": "Grade: {{sample.output_text}}"}],
+        }
+        assert runtime.grade_completion(grader, "an answer", {"prompt": "p"}) == 0.6
+    finally:
+        server.shutdown()
+        server.server_close()
+    path, authorization, body = received[0]
+    assert path == "/v1/chat/completions"
+    assert authorization == "Bearer rft_judge_key"
+    assert body["model"] == "rft-tiny"
+    assert body["messages"] == [{"role": "user", "content": "Grade: an answer"}]
+
+    monkeypatch.setenv(runtime.JUDGE_URL_VARIABLE, f"http://127.0.0.1:{server.server_port}/v1")
+    with pytest.raises(runtime.GraderError, match="judge model call failed"):
+        runtime.grade_completion(grader, "x", {})  # the judge is gone: connection refused
