@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import BadRequest, PayloadTooLarge, RFTError, render_error
 from service.json_input import UnacceptableJson, loads_strict
 from service.observability import REQUESTS_REJECTED
+from service.openai_compat.errors import OPENAI_ROUTE_PREFIXES, openai_error
 
 # Requests that never carry a body: passed through untouched (the hot read paths).
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -154,7 +155,13 @@ async def _refuse(
     scope: Scope, receive: Receive, send: Send, error: RFTError, *, reason: str
 ) -> None:
     REQUESTS_REJECTED.labels(reason).inc()
-    await render_error(error)(scope, receive, send)
+    if str(scope.get("path", "")).startswith(OPENAI_ROUTE_PREFIXES):
+        response = openai_error(
+            error.status_code, error.detail, code=type(error).__name__, headers=error.headers
+        )
+    else:
+        response = render_error(error)
+    await response(scope, receive, send)
 
 
 def _has_nul(query_string: bytes) -> bool:

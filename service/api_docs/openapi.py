@@ -11,10 +11,13 @@ from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic.json_schema import models_json_schema
 
 from service.errors import ErrorBody
+from service.openai_compat.errors import OPENAI_ROUTE_PREFIXES, OpenAIErrorBody
 
 ERROR_SCHEMA_REF = "#/components/schemas/ErrorBody"
+OPENAI_ERROR_SCHEMA_REF = "#/components/schemas/OpenAIErrorBody"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options"})
 
 DESCRIPTIONS = {
@@ -49,9 +52,15 @@ def add_error_responses(schema: dict[str, Any]) -> None:
     """Idempotent: FastAPI caches the document, and this runs on each call."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.setdefault("ErrorBody", ErrorBody.model_json_schema())
+    _, openai_error = models_json_schema(
+        [(OpenAIErrorBody, "serialization")], ref_template="#/components/schemas/{model}"
+    )
+    for name, component in openai_error["$defs"].items():
+        components.setdefault(name, component)
     for path, item in schema.get("paths", {}).items():
         if not path.startswith("/v1/"):
             continue
+        openai_shaped = path.startswith(OPENAI_ROUTE_PREFIXES)
         for method, operation in item.items():
             if method not in HTTP_METHODS:
                 continue
@@ -63,12 +72,16 @@ def add_error_responses(schema: dict[str, Any]) -> None:
             responses = operation.setdefault("responses", {})
             for status in sorted(statuses):
                 responses.setdefault(str(status), {"description": "", "content": {}})
+            if openai_shaped:
+                # These answer malformed bodies with 400, as OpenAI does.
+                responses.pop("422", None)
+            reference = OPENAI_ERROR_SCHEMA_REF if openai_shaped else ERROR_SCHEMA_REF
             for status, response in responses.items():
                 if status.isdigit() and int(status) >= 400 and status != "422":
-                    _describe(int(status), response)
+                    _describe(int(status), response, reference)
 
 
-def _describe(status: int, response: dict[str, Any]) -> None:
+def _describe(status: int, response: dict[str, Any], reference: str = ERROR_SCHEMA_REF) -> None:
     if response.get("description") in ("", "Error", None):
         response["description"] = DESCRIPTIONS.get(status, HTTPStatus(status).phrase)
-    response["content"] = {"application/json": {"schema": {"$ref": ERROR_SCHEMA_REF}}}
+    response["content"] = {"application/json": {"schema": {"$ref": reference}}}

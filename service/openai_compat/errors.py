@@ -11,8 +11,28 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from service.errors import RFTError
+
+# The routes that answer errors in OpenAI's shape (the OpenAPI document says so too).
+OPENAI_ROUTE_PREFIXES = ("/v1/files", "/v1/fine_tuning/")
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorBody(BaseModel):
+    """Errors of the OpenAI-compatible routes, which the openai package reads."""
+
+    error: OpenAIErrorDetail
+
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -77,5 +97,12 @@ class OpenAIErrorRoute(APIRoute):
                 message, param = _validation_message(exc)
                 # OpenAI answers malformed bodies with 400, not 422.
                 return openai_error(400, message, param=param, code="invalid_request")
+            except (OperationalError, SQLAlchemyTimeoutError):
+                return openai_error(
+                    503,
+                    "the database is unavailable; retry shortly",
+                    code="ServiceUnavailable",
+                    headers={"Retry-After": "2"},
+                )
 
         return handle

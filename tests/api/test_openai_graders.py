@@ -139,6 +139,14 @@ def test_bad_graders_get_openai_errors(client: httpx.Client) -> None:
         assert set(error) == {"message", "type", "param", "code"}
         assert error["type"] == "invalid_request_error"
         assert error["param"] == param, error
+    # Refused before any route runs (NaN is not JSON): the same shape on these routes.
+    not_json = client.post(
+        "/v1/fine_tuning/alpha/graders/run",
+        content=b'{"grader": NaN}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert not_json.status_code == 400, not_json.text
+    assert not_json.json()["error"]["type"] == "invalid_request_error"
     unauthorised = httpx.post(
         f"{client.base_url}/v1/fine_tuning/alpha/graders/validate", json={"grader": MULTI_GRADER}
     )
