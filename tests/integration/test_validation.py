@@ -7,8 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 import rft
+from rft.cli.app import app
 from service.stack import LocalStack
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
@@ -98,6 +100,19 @@ def test_a_job_with_a_validation_set_shows_its_eval_curve(
         assert [c.step for c in checkpoints.data if c.is_best] == [best]
         adapter = sdk.jobs.download_checkpoint(job_id, best, tmp_path)
         assert (adapter / "adapter_config.json").exists()
+
+    # The CLI lists the curve, and marks the best checkpoint.
+    cli = CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"})
+    listed = cli.invoke(app, ["jobs", "evals", job_id])
+    assert listed.exit_code == 0, listed.output
+    # Data rows (rich draws the header with heavy lines).
+    rows = [line.split("│")[1:-1] for line in listed.output.splitlines() if "│" in line]
+    assert [row[0].strip() for row in rows] == ["2", "4", "5"]
+    assert rows[0][1].strip() == f"{evals[0]['reward_mean']:.4f}"
+    saved = cli.invoke(app, ["checkpoints", "list", job_id])
+    assert saved.exit_code == 0, saved.output
+    best_row = next(line for line in saved.output.splitlines() if line.endswith("best │"))
+    assert best_row.split("│")[1].strip() == str(best)
 
     # Each evaluation is an 'eval' event, in the history and in the live stream.
     events = [

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from rft.cli.watch import job_view
-from rft.models import Job
+from rft.models import Job, JobEvent
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 
@@ -51,3 +51,19 @@ def test_warnings_are_listed_under_the_table() -> None:
     assert "warning (step 3): 3 steps in a row with no signal" in text
     assert "warning (step 3): the run learned from nothing" in text
     assert "warning" not in rendered(job_view(job(), []))
+
+
+def test_the_latest_validation_result_is_shown_under_the_table() -> None:
+    evaluation = JobEvent.model_validate(
+        {
+            "id": 7,
+            "kind": "eval",
+            "message": "validation reward 0.7500 at step 4 (6 samples)",
+            "step": 4,
+            "data": {"step": 4, "reward_mean": 0.75, "samples": 6},
+            "created_at": NOW,
+        }
+    )
+    text = rendered(job_view(job(), [], evaluation))
+    assert "validation (step 4): reward 0.750 over 6 samples (rft jobs evals job_1)" in text
+    assert "validation" not in rendered(job_view(job(), []))

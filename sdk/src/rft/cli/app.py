@@ -19,7 +19,7 @@ from rft.cli.summaries import dry_run_summary, prompt_as_text
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
-from rft.models import Completion, Job, Step
+from rft.models import Completion, Job, JobEvent, Step
 
 app = typer.Typer(help="rft: GRPO reinforcement fine-tuning as a service.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
@@ -270,6 +270,7 @@ def watch_job(
     client = client_for(context)
     job = client.jobs.get(job_id)
     steps: list[Step] = []
+    evaluation: JobEvent | None = None
     drawn_at = 0.0
     with Live(job_view(job, steps), console=console, auto_refresh=False) as live:
         for item in client.jobs.stream(job_id, include_job_snapshots=True):
@@ -277,16 +278,18 @@ def watch_job(
                 job = item
             elif isinstance(item, Step):
                 steps = add_step(steps, item)
+            elif item.kind == "eval":
+                evaluation = item
             elif item.kind == "resumed" and "checkpoint_step" in item.data:
                 # The job went back to a checkpoint: the steps after it are re-run.
                 checkpoint = int(item.data["checkpoint_step"])
                 steps = [step for step in steps if step.step <= checkpoint]
             if time.monotonic() - drawn_at >= interval:
-                live.update(job_view(job, steps), refresh=True)
+                live.update(job_view(job, steps, evaluation), refresh=True)
                 drawn_at = time.monotonic()
         if not job.status.is_terminal:
             job = client.jobs.get(job_id)
-        live.update(job_view(job, steps), refresh=True)
+        live.update(job_view(job, steps, evaluation), refresh=True)
     console.print()  # Live leaves the cursor at the table's end when output is not a terminal.
     if job.status.value != "succeeded":
         raise typer.Exit(1)

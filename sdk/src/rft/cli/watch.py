@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rft.cli.sparkline import sparkline
-from rft.models import Job, Step
+from rft.models import Job, JobEvent, Step
 
 HISTORY_STEPS = 40
 
@@ -18,7 +18,7 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def job_view(job: Job, steps: Sequence[Step]) -> Group:
+def job_view(job: Job, steps: Sequence[Step], evaluation: JobEvent | None = None) -> Group:
     recent = list(steps[-HISTORY_STEPS:])
     latest = recent[-1] if recent else None
     title = f"{job.id}  {job.status.value}  step {job.steps_completed}/{job.train_steps}"
@@ -57,4 +57,16 @@ def job_view(job: Job, steps: Sequence[Step]) -> Group:
         Text(f"warning (step {w.get('step')}): {w.get('message')}", style="yellow")
         for w in job.warnings
     ]
-    return Group(Text(title), table, *warnings)
+    # The latest validation result ('eval' event), when the job has a validation set.
+    validation = (
+        [
+            Text(
+                f"validation (step {evaluation.step}): reward "
+                f"{_number(evaluation.data.get('reward_mean'))}"
+                f" over {evaluation.data.get('samples')} samples (rft jobs evals {job.id})"
+            )
+        ]
+        if evaluation is not None
+        else []
+    )
+    return Group(Text(title), table, *validation, *warnings)
