@@ -162,7 +162,7 @@ def test_model_graders_read_the_judges_answer() -> None:
     }
     assert runtime.grade(label, namespaces("x"), post=judge("Good")) == 1.0
     assert runtime.grade(label, namespaces("x"), post=judge('{"result": "bad"}')) == 0.0
-    with pytest.raises(runtime.GraderError, match="not one of the labels"):
+    with pytest.raises(runtime.GraderError, match="without one of the labels"):
         runtime.grade(label, namespaces("x"), post=judge("meh"))
 
 

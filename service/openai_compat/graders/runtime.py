@@ -259,6 +259,7 @@ def sub_graders(grader: dict[str, Any]) -> dict[str, dict[str, Any]]:
 JUDGE_URL_VARIABLE = "RFT_GRADER_JUDGE_BASE_URL"
 JUDGE_KEY_VARIABLE = "RFT_GRADER_JUDGE_API_KEY"
 JUDGE_TIMEOUT_S = 20.0
+JUDGE_PARSE_ERROR = "judge answered without"  # begins every unreadable-reply error
 
 
 def post_chat_completion(body: dict[str, Any]) -> dict[str, Any]:
@@ -333,7 +334,7 @@ def score_model(grader: dict[str, Any], namespaces: dict[str, Any], post: Post) 
     if not isinstance(result, int | float):
         number = re.search(r"-?\d+(?:\.\d+)?", str(result))
         if number is None:
-            raise GraderError(f"judge reply holds no score: {str(result)[:200]!r}")
+            raise GraderError(f"{JUDGE_PARSE_ERROR} a score: {str(result)[:200]!r}")
         result = float(number.group(0))
     low, high = grader.get("range") or [0.0, 1.0]
     return float(min(max(float(result), low), high))
@@ -344,7 +345,7 @@ def label_model(grader: dict[str, Any], namespaces: dict[str, Any], post: Post) 
     labels = {label.lower(): label for label in grader["labels"]}
     label = labels.get(result.lower())
     if label is None:
-        raise GraderError(f"judge answered {result[:200]!r}, not one of the labels")
+        raise GraderError(f"{JUDGE_PARSE_ERROR} one of the labels: {result[:200]!r}")
     return 1.0 if label in grader["passing_labels"] else 0.0
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.openai_compat.graders import runtime
 from service.openai_compat.graders.compile import (
     InvalidGrader,
     check_grader,
@@ -81,6 +82,10 @@ def run_errors(grader_type: str, result: FunctionTestResult) -> GraderRunErrors:
     details = f"{error.kind}: {error.message}"
     if "template" in error.message:
         return GraderRunErrors(sample_parse_error=True)
+    if runtime.JUDGE_PARSE_ERROR in error.message:
+        return GraderRunErrors(
+            model_grader_parse_error=True, model_grader_server_error_details=details
+        )
     if "judge" in error.message:
         return GraderRunErrors(
             model_grader_server_error=True, model_grader_server_error_details=details
