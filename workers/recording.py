@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -35,7 +35,7 @@ from service.models import (
     RewardLog,
     Step,
 )
-from workers.training.records import EvalRecord, StepRecord
+from workers.training.records import EvalRecord, FunctionStepMetrics, StepRecord
 from workers.training_signals import frac_reward_zero_std
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,22 @@ def with_database_retries(
             delay = min(delay * 2, 5.0)
 
 
+def functions_json(functions: dict[str, FunctionStepMetrics]) -> dict[str, dict[str, Any]]:
+    """Per-function metrics as steps and evaluations store them."""
+    return {
+        name: {
+            "version": m.version,
+            "weight": m.weight,
+            "mean": m.mean,
+            "std": m.std,
+            "scored": m.scored,
+            "errors": m.errors,
+            "error_rate": m.errors / max(1, m.scored + m.errors),
+        }
+        for name, m in functions.items()
+    }
+
+
 def record_step(session: Session, job_id: str, record: StepRecord) -> None:
     """Store one step, replacing whatever an earlier attempt stored for it.
 
@@ -117,18 +133,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
         "learning_rate": record.learning_rate,
         "duration_s": record.duration_s,
         "frac_reward_zero_std": frac_reward_zero_std(record.completions),
-        "reward_functions": {
-            name: {
-                "version": m.version,
-                "weight": m.weight,
-                "mean": m.mean,
-                "std": m.std,
-                "scored": m.scored,
-                "errors": m.errors,
-                "error_rate": m.errors / max(1, m.scored + m.errors),
-            }
-            for name, m in record.functions.items()
-        },
+        "reward_functions": functions_json(record.functions),
         "created_at": datetime.now(UTC),
     }
     session.execute(
@@ -176,17 +181,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
 def record_evaluation(session: Session, job_id: str, evaluation: EvalRecord) -> None:
     """Store a validation result (replacing a re-run step's) and announce it as an 'eval'
     event, which the event stream carries."""
-    functions = {
-        name: {
-            "version": m.version,
-            "weight": m.weight,
-            "mean": m.mean,
-            "std": m.std,
-            "scored": m.scored,
-            "errors": m.errors,
-        }
-        for name, m in evaluation.functions.items()
-    }
+    functions = functions_json(evaluation.functions)
     row = {
         "config_version": evaluation.config_version,
         "reward_mean": evaluation.reward_mean,

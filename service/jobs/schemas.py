@@ -344,15 +344,6 @@ class Step(BaseModel):
     created_at: datetime
 
 
-class FunctionEvalMetrics(BaseModel):
-    version: int
-    weight: float
-    mean: float | None
-    std: float | None
-    scored: int
-    errors: int
-
-
 class Evaluation(BaseModel):
     """The adapter after ``step``, scored on the validation prompts by the job's reward
     functions (the config version in force at that step)."""
@@ -366,7 +357,7 @@ class Evaluation(BaseModel):
     prompts: int = Field(description="Validation prompts evaluated.")
     samples: int = Field(description="Completions scored (prompts x eval_samples).")
     duration_s: float
-    reward_functions: dict[str, FunctionEvalMetrics]
+    reward_functions: dict[str, FunctionStepMetrics]
     created_at: datetime
 
 

@@ -199,15 +199,6 @@ class Step(BaseModel):
     created_at: datetime
 
 
-class FunctionEvalMetrics(BaseModel):
-    version: int
-    weight: float
-    mean: float | None
-    std: float | None
-    scored: int
-    errors: int
-
-
 class Evaluation(BaseModel):
     """The adapter after ``step`` scored on the validation prompts (one point of the eval
     curve)."""
@@ -219,7 +210,7 @@ class Evaluation(BaseModel):
     prompts: int
     samples: int
     duration_s: float
-    reward_functions: dict[str, FunctionEvalMetrics]
+    reward_functions: dict[str, FunctionStepMetrics]
     created_at: datetime
 
 
