@@ -30,6 +30,7 @@ from synthetic import create_tenant_key, use_database  # type: ignore[import-not
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.stack import LocalStack
+from workers.training.rank_process import SPARE_READY
 
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^\]]*\] (.*)$")
 
@@ -49,6 +50,18 @@ def log_times(log: Path, pattern: str, after: float) -> list[float]:
 
 def epoch(value: str) -> float:
     return datetime.fromisoformat(value).astimezone(UTC).timestamp()
+
+
+def wait_for_spare(worker_log: Path, jobs_so_far: int, timeout_s: float = 120) -> None:
+    """Until the worker's spare training process (started when the previous job began) has
+    imported torch, transformers and TRL: what makes the worker warm for a one-process job.
+    Each job takes one spare; the worker logs a line as each becomes ready."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if len(log_times(worker_log, re.escape(SPARE_READY), 0)) > jobs_so_far:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"no spare training process became ready within {timeout_s} s")
 
 
 def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> dict[str, float]:
@@ -143,7 +156,10 @@ def main() -> None:
             response.raise_for_status()
             dataset_id = response.json()["id"]
             cold = submit_and_wait(http, dataset_id, worker_log)  # warms the worker
-            for _ in range(args.rounds):
+            for done in range(1, args.rounds + 1):
+                # The job trains in a spare process started (and importing) when the previous
+                # job began; a worker is warm once it is ready (seconds on a busy machine).
+                wait_for_spare(worker_log, jobs_so_far=done)
                 rounds.append(submit_and_wait(http, dataset_id, worker_log))
     print(f"\n== submit -> first recorded step, warm worker, median of {args.rounds} ==")
     print(f"{'part':<52} {'cold (1st job)':>14} {'warm':>8}")

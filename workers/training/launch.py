@@ -115,6 +115,10 @@ def _launch(job_dir: Path, num_processes: int) -> subprocess.Popen[bytes]:
         stdin = cast(IO[bytes], spare.stdin)
         stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
         stdin.close()
+        if threading.current_thread() is threading.main_thread():
+            # The next job's spare imports while this one trains: back-to-back jobs find it
+            # ready (importing takes seconds, more than a small job's whole start).
+            start_spare()
         return spare
     torchrun = [
         sys.executable, "-m", "torch.distributed.run",

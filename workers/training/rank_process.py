@@ -43,6 +43,8 @@ WORKER_SOCKET = "worker.sock"
 # As Celery formats the worker's own log lines: the ranks write to the worker's log.
 LOG_FORMAT = "[%(asctime)s: %(levelname)s/rank%(rank)s] %(message)s"
 _PR_SET_PDEATHSIG = 1
+# Logged once a spare has imported everything (bench/bench_first_step.py waits for it).
+SPARE_READY = "spare training process ready for a job"
 
 logger = logging.getLogger("workers.training.rank_process")
 
@@ -194,6 +196,7 @@ def main(argv: list[str]) -> int:
     _configure_logging()
     if argv[:1] == ["--spare"]:
         _warm_imports()
+        logger.info(SPARE_READY)
         line = sys.stdin.readline()
         if not line:
             return 0  # the worker closed its end: no job came
