@@ -56,7 +56,7 @@ from workers.training_signals import (
 )
 
 if TYPE_CHECKING:
-    from workers.training.grpo import TrainingSpec
+    from workers.training.spec import TrainingSpec
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ def _training_and_validation_rows(
 def _plan(
     job_id: str, settings: Settings, store: ArtifactStore, resume_from: Checkpoint | None
 ) -> JobPlan:
-    from workers.training.grpo import TrainingSpec
+    from workers.training.spec import TrainingSpec
 
     with session_scope() as session:
         job = JobRepository(session).get_any_tenant(job_id)

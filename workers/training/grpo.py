@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,61 +25,17 @@ from trl import GRPOConfig
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.evaluation import Evaluator, ValidationSettings
-from workers.training.generation import Generation, release_vllm, transformers_generation
+from workers.training.generation import release_vllm
 from workers.training.recording_trainer import RecordingGRPOTrainer
-from workers.training.records import RewardConfig, TrainingObserver
+from workers.training.records import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
+from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
 
 logger = logging.getLogger(__name__)
 
 ADAPTER_DIRNAME = "adapter"
-
-
-@dataclass
-class TrainingSpec:
-    base_model: str  # a hub id, a local path, or "rft-tiny"
-    # Each row has a "prompt" (a string or a list of chat messages); every other column is
-    # passed to the reward functions as part of the row.
-    dataset: list[dict[str, Any]]
-    reward_config: RewardConfig
-    hyperparameters: Hyperparameters
-    output_dir: Path  # checkpoints (checkpoint-N) and the final adapter land here
-    model_cache_dir: Path  # where the built-in tiny model is built
-    # A checkpoint-N directory of an earlier run with the same spec: steps after N are re-run.
-    resume_from_checkpoint: Path | None = None
-    # How many checkpoints to keep on disk; None keeps all (the observer may have recorded them).
-    keep_checkpoints: int | None = None
-    # What generates completions (the worker picks it from its settings: choose_generation).
-    generation: Generation = field(default_factory=transformers_generation)
-    # Rows (each with a "prompt") the adapter is evaluated on, as the hyperparameters' eval_*
-    # fields say; None: no evaluation.
-    validation: list[dict[str, Any]] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.dataset:
-            raise ValueError("dataset: no rows to train on")
-        missing = [i for i, row in enumerate(self.dataset) if "prompt" not in row]
-        if missing:
-            raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")
-        if not self.reward_config.functions:
-            raise ValueError("reward_config: give at least one reward function")
-        if self.validation is not None and any("prompt" not in row for row in self.validation):
-            raise ValueError("validation: every row needs a 'prompt' column")
-        hp = self.hyperparameters
-        if len(self.dataset) < hp.prompts_per_step:
-            raise ValueError(
-                f"dataset: {len(self.dataset)} rows, fewer than "
-                f"prompts_per_step={hp.prompts_per_step}"
-            )
-
-
-@dataclass
-class TrainingOutcome:
-    steps_completed: int
-    stop_reason: str | None  # what should_stop() returned to end the run; None if nobody asked
-    adapter_path: Path
 
 
 def run_grpo(

@@ -31,11 +31,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
-from workers.training.rank_process import JOB_FILE, WORKER_SOCKET, RankJob
+from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
 from workers.training.records import TrainingObserver
 
 if TYPE_CHECKING:
-    from workers.training.grpo import TrainingOutcome
+    from workers.training.spec import TrainingOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def run_grpo_in_processes(
         try:
             connection = _accept(listener, launcher)
             with connection:
-                return _serve(connection, launcher, observer, environment)
+                return _serve(connection, launcher, observer, environment, job_dir)
         finally:
             listener.close()
             stop_process_group(launcher)
@@ -194,16 +194,17 @@ def _serve(
     launcher: subprocess.Popen[bytes],
     observer: TrainingObserver,
     environment: EnvironmentRecorder,
+    job_dir: Path,
 ) -> TrainingOutcome:
     while True:
         if not connection.poll(0.5):
             if launcher.poll() is not None:
-                raise _exited(launcher)
+                raise _exited(launcher, job_dir)
             continue
         try:
             method, args = connection.recv()
         except EOFError:
-            raise _exited(launcher) from None
+            raise _exited(launcher, job_dir) from None
         if method == "finished":
             connection.send(None)
             outcome: TrainingOutcome = args[0]
@@ -218,10 +219,14 @@ def _serve(
         connection.send(reply)
 
 
-def _exited(launcher: subprocess.Popen[bytes]) -> TrainingProcessError:
+def _exited(launcher: subprocess.Popen[bytes], job_dir: Path) -> TrainingProcessError:
     deadline = time.monotonic() + 5
     while launcher.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    # A rank that failed with an exception said why; one that was killed did not.
+    for failure in sorted(job_dir.glob(f"{FAILURE_FILE_PREFIX}*")):
+        rank = failure.name.removeprefix(FAILURE_FILE_PREFIX)
+        return TrainingProcessError(f"rank {rank}: {failure.read_text()}")
     code = launcher.returncode
     return TrainingProcessError(
         "a training process ended before the run did"

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workers.job_sandbox import JobSandbox
-    from workers.training.grpo import TrainingSpec
     from workers.training.ranks import RankGroup
     from workers.training.records import RewardConfig, StepRecord
+    from workers.training.spec import TrainingSpec
 
 JOB_FILE = "job.pickle"
 WORKER_SOCKET = "worker.sock"
+FAILURE_FILE_PREFIX = "failed-rank"
 # As Celery formats the worker's own log lines: the ranks write to the worker's log.
 LOG_FORMAT = "[%(asctime)s: %(levelname)s/rank%(rank)s] %(message)s"
 _PR_SET_PDEATHSIG = 1
@@ -157,11 +158,16 @@ def run_rank(job_dir: Path) -> int:
         return 0
     except BaseException as exc:
         logger.exception("rank %d failed", rank)
-        if worker is not None:
-            from workers.training_job import describe_failure
+        from workers.training_job import describe_failure
 
+        reason = describe_failure(exc)
+        # Another rank's failure reaches the worker only as torchrun's exit: leave the reason
+        # where the worker looks when that happens.
+        with contextlib.suppress(OSError):
+            (job_dir / f"{FAILURE_FILE_PREFIX}{rank}").write_text(reason)
+        if worker is not None:
             with contextlib.suppress(OSError):
-                worker.send(("failed", (describe_failure(exc),)))
+                worker.send(("failed", (reason,)))
         return 1
     finally:
         if sandbox is not None:

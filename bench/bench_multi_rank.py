@@ -1,0 +1,89 @@
+"""Time per step of one job on 1 process and on 2 (torchrun, DDP over gloo on CPU), same
+global batch (prompts_per_step x num_generations completions per step), through the API.
+
+A LocalStack per process count (RFT_TRAINING_PROCESSES_PER_JOB), one job each; the step rows'
+duration_s (generation, scoring, backward, recording) are compared, the first step left out.
+On a 2-core machine 2 ranks cannot be faster: this measures what splitting costs.
+
+Run: python bench/bench_multi_rank.py [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+from synthetic import create_tenant_key, use_database  # type: ignore[import-not-found]
+
+from service.stack import LocalStack
+from tests.tiny import TINY_HYPERPARAMETERS
+
+REWARD = (
+    "def count_a(prompts, completions, **kwargs):\n    return [c.count('a') for c in completions]\n"
+)
+
+
+def run(processes: int, steps: int) -> tuple[list[float], float]:
+    work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{processes}-"))
+    env = {"RFT_TRAINING_PROCESSES_PER_JOB": str(processes), "OMP_NUM_THREADS": "1"}
+    with LocalStack(work / "stack", workers=1, extra_env=env) as stack:
+        assert stack.database_url
+        use_database(stack.database_url)
+        _, key = create_tenant_key()
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
+            rows = "\n".join(f'{{"prompt": "Say {w}:"}}' for w in "abcdefgh").encode()
+            dataset = http.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"]
+            submitted = time.time()
+            job = http.post(
+                "/v1/jobs",
+                json={
+                    "dataset_id": dataset,
+                    "reward_functions": {"count_a": {"source": REWARD}},
+                    "hyperparameters": {
+                        **TINY_HYPERPARAMETERS,
+                        "train_steps": steps,
+                        "prompts_per_step": 2,
+                        "num_generations": 8,
+                        "checkpoint_every": steps,
+                    },
+                },
+            ).json()
+            while (state := http.get(f"/v1/jobs/{job['id']}").json())["status"] not in (
+                "succeeded",
+                "failed",
+                "cancelled",
+            ):
+                time.sleep(0.5)
+            assert state["status"] == "succeeded", state
+            total = time.time() - submitted
+            data = http.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+            return [s["duration_s"] for s in data], total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()}")
+    for processes in (1, 2):
+        durations, total = run(processes, args.steps)
+        later = durations[1:]
+        print(
+            f"{processes} process(es): median step {statistics.median(later):.3f} s "
+            f"(min {min(later):.3f}, max {max(later):.3f}; first step {durations[0]:.3f} s); "
+            f"submit -> succeeded {total:.1f} s"
+        )
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

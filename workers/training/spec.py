@@ -1,0 +1,61 @@
+"""What one training run is given and what it gives back: plain data, without torch.
+
+The worker builds a TrainingSpec and reads a TrainingOutcome, but trains in processes of its
+own (workers.training.launch): keeping these here keeps torch, transformers and TRL out of the
+worker's process. ``workers.training.grpo`` re-exports both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.generation import Generation, transformers_generation
+from workers.training.records import RewardConfig
+
+
+@dataclass
+class TrainingSpec:
+    base_model: str  # a hub id, a local path, or "rft-tiny"
+    # Each row has a "prompt" (a string or a list of chat messages); every other column is
+    # passed to the reward functions as part of the row.
+    dataset: list[dict[str, Any]]
+    reward_config: RewardConfig
+    hyperparameters: Hyperparameters
+    output_dir: Path  # checkpoints (checkpoint-N) and the final adapter land here
+    model_cache_dir: Path  # where the built-in tiny model is built
+    # A checkpoint-N directory of an earlier run with the same spec: steps after N are re-run.
+    resume_from_checkpoint: Path | None = None
+    # How many checkpoints to keep on disk; None keeps all (the observer may have recorded them).
+    keep_checkpoints: int | None = None
+    # What generates completions (the worker picks it from its settings: choose_generation).
+    generation: Generation = field(default_factory=transformers_generation)
+    # Rows (each with a "prompt") the adapter is evaluated on, as the hyperparameters' eval_*
+    # fields say; None: no evaluation.
+    validation: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.dataset:
+            raise ValueError("dataset: no rows to train on")
+        missing = [i for i, row in enumerate(self.dataset) if "prompt" not in row]
+        if missing:
+            raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")
+        if not self.reward_config.functions:
+            raise ValueError("reward_config: give at least one reward function")
+        if self.validation is not None and any("prompt" not in row for row in self.validation):
+            raise ValueError("validation: every row needs a 'prompt' column")
+        hp = self.hyperparameters
+        if len(self.dataset) < hp.prompts_per_step:
+            raise ValueError(
+                f"dataset: {len(self.dataset)} rows, fewer than "
+                f"prompts_per_step={hp.prompts_per_step}"
+            )
+
+
+@dataclass
+class TrainingOutcome:
+    steps_completed: int
+    stop_reason: str | None  # what should_stop() returned to end the run; None if nobody asked
+    adapter_path: Path
