@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -119,6 +120,9 @@ def test_dashboard_follows_a_running_job(
     totals = [c["total"] for c in stored.values()]
     for slot, expected_total in (("a", max(totals)), ("b", min(totals))):
         shown = page.locator(f"#compare [data-slot={slot}]")
+        # The slot fills after its fetch: wait for one of the completions with that total.
+        candidates = "|".join(str(c["id"]) for c in stored.values() if c["total"] == expected_total)
+        expect(shown).to_have_attribute("data-completion-id", re.compile(f"^({candidates})$"))
         completion = stored[int(shown.get_attribute("data-completion-id") or 0)]
         assert completion["total"] == expected_total
         score = shown.locator("[data-score=length_score]")

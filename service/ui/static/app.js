@@ -650,7 +650,9 @@ function attachHover(figure, svg, { series, band, sx, xMin, xMax, margin, plotWi
 
 const SMOOTHING_STORAGE = "rft.smoothing";
 const VALIDATION_COLOR = "#111827"; // near black: apart from every function colour
-const FEED_LENGTH = 12;
+// The feed scrolls inside its card: enough entries that a pause is still there after the
+// warnings, evaluations and checkpoint runs a long job adds behind it.
+const FEED_LENGTH = 60;
 // Saved every few steps: alone they would push every other event out of the feed.
 const COLLAPSED_KINDS = new Set(["checkpoint"]);
 
