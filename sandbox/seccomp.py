@@ -147,6 +147,24 @@ DENIED_SYSCALLS = (
 )
 FILTERED_SYSCALLS = ("clone", "unshare", "clone3", "personality")
 
+# From 424 on, Linux gives a new syscall the same number on every architecture.
+UNIFIED_SYSCALLS: Mapping[str, int] = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "pidfd_getfd": 438,
+    "process_madvise": 440,
+    "mount_setattr": 442,
+    "quotactl_fd": 443,
+}
+
 X86_64_SYSCALLS: Mapping[str, int] = {
     "clone": 56,
     "ptrace": 101,
@@ -198,20 +216,7 @@ X86_64_SYSCALLS: Mapping[str, int] = {
     "kexec_file_load": 320,
     "bpf": 321,
     "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "clone3": 435,
-    "pidfd_getfd": 438,
-    "process_madvise": 440,
-    "mount_setattr": 442,
-    "quotactl_fd": 443,
+    **UNIFIED_SYSCALLS,
 }
 
 # asm-generic numbering, shared by aarch64 and the other newer architectures.
@@ -257,20 +262,7 @@ GENERIC_SYSCALLS: Mapping[str, int] = {
     "bpf": 280,
     "userfaultfd": 282,
     "kexec_file_load": 294,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "clone3": 435,
-    "pidfd_getfd": 438,
-    "process_madvise": 440,
-    "mount_setattr": 442,
-    "quotactl_fd": 443,
+    **UNIFIED_SYSCALLS,
 }
 
 
