@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 # No sandbox: the tests run as root in a container. The rest keeps Chromium from calling home.
@@ -37,3 +37,13 @@ def browser() -> Iterator[Browser]:
         )
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    # A fresh context per test: its own localStorage, so no key leaks between tests.
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(20_000)
+    opened = context.new_page()
+    yield opened
+    context.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -16,6 +16,7 @@ from tests.conftest import new_tenant_key
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 from tests.ui.job_actions import pause_and_resume, update_config
+from tests.ui.sign_in import sign_in
 
 pytestmark = pytest.mark.integration
 
@@ -24,23 +25,6 @@ LENGTH_SCORE = (
     "    print(f'scored {len(completion)} characters')\n"
     "    return len(completion) / 64\n"
 )
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    # A fresh context per test: its own localStorage, so no key leaks between tests.
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
-
-
-def sign_in(page: Page, stack: LocalStack, key: str) -> None:
-    page.goto(f"{stack.base_url}/ui/")
-    page.fill("#api-key", key)
-    page.click("#sign-in button[type=submit]")
-    expect(page.locator("#jobs")).to_be_visible()
 
 
 def chart_points(page: Page, chart: str) -> int:

@@ -3,28 +3,18 @@ line on the reward chart, a per-function validation chart, and the last result a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
 from tests.integration.helpers import create_job, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.sign_in import sign_in
 
 pytestmark = pytest.mark.integration
 
 ROW_VALUE = "def row_value(prompt, completion, example):\n    return float(example['value'])\n"
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 1400})
-    context.set_default_timeout(20_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def test_the_eval_curve_is_drawn_beside_the_training_curves(
@@ -52,9 +42,8 @@ def test_the_eval_curve_is_drawn_beside_the_training_curves(
     evals = client.get(f"/v1/jobs/{job_id}/evals").json()["data"]
     assert [(e["step"], e["reward_mean"]) for e in evals] == [(2, 2.0), (3, 2.0)]
 
-    page.goto(f"{stack.base_url}/ui/")
-    page.fill("#api-key", api_key)
-    page.click("#sign-in button[type=submit]")
+    page.set_viewport_size({"width": 1280, "height": 1400})  # both charts and the tiles
+    sign_in(page, stack, api_key)
     page.click(f"tr[data-job-id='{job_id}'] a")
 
     # On the reward chart: the training line, and the validation line with a dot per eval.

@@ -3,28 +3,18 @@ warning events in the feed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.sign_in import sign_in
 
 pytestmark = pytest.mark.integration
 
 CONSTANT = "def constant(prompt, completion, example):\n    return 0.0\n"
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def test_a_run_without_signal_shows_its_warnings(
@@ -50,9 +40,7 @@ def test_a_run_without_signal_shows_its_warnings(
     kinds = [w["kind"] for w in job["warnings"]]
     assert "no_signal" in kinds and "no_signal_run" in kinds, kinds
 
-    page.goto(f"{stack.base_url}/ui/")
-    page.fill("#api-key", api_key)
-    page.click("#sign-in button[type=submit]")
+    sign_in(page, stack, api_key)
     page.click(f"tr[data-job-id='{job_id}'] a")
 
     banner = page.locator("#job-warnings")

@@ -4,16 +4,16 @@ checkpoints) side by side on one prompt, each answer scored by the job's reward 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
 from tests.integration.helpers import create_job, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
 from tests.ui.conftest import CHROMIUM
+from tests.ui.sign_in import sign_in
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("needs Debian's chromium (scripts/setup.sh)", allow_module_level=True)
@@ -26,15 +26,6 @@ A_SHARE = (
 )
 LENGTH = "def length(prompt, completion, example):\n    return float(len(completion))\n"
 PROMPT = "Write about cats:"
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def generate(page: Page, left: str, right: str) -> tuple[str, str]:
@@ -76,10 +67,7 @@ def test_playground_compares_base_and_adapter_and_scores_both(
     stack.start_inference()
     job_id = job["id"]
 
-    page.goto(f"{stack.base_url}/ui/")
-    page.fill("#api-key", api_key)
-    page.click("#sign-in button[type=submit]")
-    expect(page.locator("#jobs")).to_be_visible()
+    sign_in(page, stack, api_key)
     page.goto(f"{stack.base_url}/ui/#/jobs/{job_id}/playground")
     expect(page.locator("#playground-right option")).to_have_count(4)  # base, final, 2 ckpts
     page.fill("#playground-prompt", PROMPT)
