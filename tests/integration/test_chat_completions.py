@@ -12,7 +12,6 @@ import asyncio
 import importlib.util
 import json
 import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -51,20 +50,6 @@ def answer(client: httpx.Client, model: str, **overrides: Any) -> str:
     response = chat(client, model, **overrides)
     assert response.status_code == 200, response.text
     return str(response.json()["choices"][0]["message"]["content"])
-
-
-@pytest.fixture(scope="module")
-def tenant_key(stack: LocalStack) -> str:
-    from tests.conftest import new_tenant_key
-
-    return new_tenant_key(stack)
-
-
-@pytest.fixture(scope="module")
-def tenant(stack: LocalStack, tenant_key: str) -> Iterator[httpx.Client]:
-    with tenant_client(stack, tenant_key) as http:
-        http.timeout = httpx.Timeout(300)
-        yield http
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,7 +15,6 @@ import openai
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import new_tenant_key, tenant_client
 from tests.integration.helpers import wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -52,18 +50,6 @@ TRAIN_STEPS = 8
 
 
 @pytest.fixture(scope="module")
-def tenant_key(stack: LocalStack) -> str:
-    return new_tenant_key(stack)
-
-
-@pytest.fixture(scope="module")
-def native(stack: LocalStack, tenant_key: str) -> Iterator[httpx.Client]:
-    with tenant_client(stack, tenant_key) as http:
-        http.timeout = httpx.Timeout(300)
-        yield http
-
-
-@pytest.fixture(scope="module")
 def client(stack: LocalStack, tenant_key: str) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"{stack.base_url}/v1", api_key=tenant_key, max_retries=0, timeout=300
@@ -95,7 +81,7 @@ def resume_when_paused(client: openai.OpenAI, job_id: str, timeout_s: float = 30
 
 
 def test_a_whole_job_through_the_openai_client(
-    stack: LocalStack, client: openai.OpenAI, native: httpx.Client
+    stack: LocalStack, client: openai.OpenAI, tenant: httpx.Client
 ) -> None:
     training = client.files.create(file=("train.jsonl", jsonl(ROWS)), purpose="fine-tune")
     validation = client.files.create(file=("valid.jsonl", jsonl(ROWS[:2])), purpose="fine-tune")
@@ -120,7 +106,7 @@ def test_a_whole_job_through_the_openai_client(
     assert job.hyperparameters.batch_size == 2 and job.hyperparameters.n_epochs == 2
 
     # One system: the native API shows the same job, training with the tiny model's recipe.
-    ours = native.get(f"/v1/jobs/{job.id}").json()
+    ours = tenant.get(f"/v1/jobs/{job.id}").json()
     assert ours["name"] == "letters" and ours["dataset_id"] == training.id
     assert ours["validation_dataset_id"] == validation.id
     assert ours["hyperparameters"]["train_steps"] == TRAIN_STEPS
@@ -131,19 +117,19 @@ def test_a_whole_job_through_the_openai_client(
     assert [j.id for j in client.fine_tuning.jobs.list(limit=5)] == [job.id]
 
     # Pause after the first step; change the config live through the native API; resume.
-    wait_until(native, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
+    wait_until(tenant, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
     assert client.fine_tuning.jobs.pause(job.id).status == "paused"
-    config = native.get(f"/v1/jobs/{job.id}/config")
+    config = tenant.get(f"/v1/jobs/{job.id}/config")
     document = config.json()
     document["reward_functions"]["letter"]["weight"] = 2.0
-    updated = native.put(
+    updated = tenant.put(
         f"/v1/jobs/{job.id}/config", json=document, headers={"If-Match": config.headers["ETag"]}
     )
     assert updated.status_code == 200, updated.text
     assert resume_when_paused(client, job.id).status == "queued"
 
     finished = wait_until(
-        native, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
+        tenant, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
     )
     assert finished["status"] == "succeeded", finished["failure_reason"]
     done = client.fine_tuning.jobs.retrieve(job.id)
@@ -204,8 +190,8 @@ def test_a_whole_job_through_the_openai_client(
         for text, item in samples
     ]
     assert [run.reward for run in runs] == pytest.approx([1.0, 0.8 / 3 + 0.2, 0.0])
-    functions = native.get(f"/v1/jobs/{job.id}/config").json()["reward_functions"]
-    tested = native.post(
+    functions = tenant.get(f"/v1/jobs/{job.id}/config").json()["reward_functions"]
+    tested = tenant.post(
         "/v1/reward-functions/test",
         json={
             "reward_functions": {name: {"source": f["source"]} for name, f in functions.items()},
