@@ -8,7 +8,12 @@ Both levels are LRU-bounded (RFT_INFERENCE_MAX_BASE_MODELS, RFT_INFERENCE_MAX_AD
 
 One generation runs at a time per process (``generate`` holds a lock): the active adapter is
 state of the shared model, and on CPU two generations would only split the same cores. More
-throughput comes from more inference processes (or vLLM, see the server's docstring).
+throughput comes from more inference processes.
+
+Where vLLM runs (chosen like a training worker's generation: RFT_GENERATION_BACKEND
+auto|vllm|transformers), each base model is a vLLM engine instead, and an adapter is passed
+with each request (multi-LoRA, workers.inference.vllm_engine). Everything around the generate
+call (chat template, context check, decoding, stop strings, n) is the same code for both.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from service.artifacts.storage import S3_SCHEME, ArtifactStore, artifact_store
 from service.inference.protocol import GeneratedChoice, GenerationRequest, GenerationResult
 from service.settings import Settings
+from workers.training.generation import Generation, choose_generation
 from workers.training.tiny_model import TINY_MODEL_NAME, resolve_base_model
 
 logger = logging.getLogger(__name__)
@@ -39,9 +45,18 @@ class InferenceInputError(ValueError):
 
 @dataclass
 class LoadedBase:
-    model: Any  # a PreTrainedModel, or a PeftModel once an adapter was loaded onto it
+    # transformers: a PreTrainedModel, or a PeftModel once an adapter was loaded onto it.
+    # vLLM: a vllm.LLM, which takes the adapter with each request.
+    model: Any
     tokenizer: PreTrainedTokenizerBase
+    context_length: int | None
     adapters: OrderedDict[str, str] = field(default_factory=OrderedDict)  # name -> uri
+
+
+def inference_generation(settings: Settings) -> Generation:
+    """vLLM or transformers, decided as for a training job (RFT_GENERATION_BACKEND); vLLM's
+    server mode is a training matter (weight sync), so an engine here is always in-process."""
+    return choose_generation(settings.model_copy(update={"vllm_mode": "colocate"}))
 
 
 def adapter_name(uri: str) -> str:
@@ -55,9 +70,26 @@ class ModelPool:
         self.store = store or artifact_store(settings)
         self.max_base_models = settings.inference_max_base_models
         self.max_adapters = settings.inference_max_adapters
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        # Raises GenerationSetupError (the server does not start) when vLLM is required but
+        # cannot run here.
+        self.generation = inference_generation(settings)
+        self.device = self.generation.device
+        if self.generation.why_not_vllm:
+            logger.info("generating with transformers: %s", self.generation.why_not_vllm)
+        logger.info("inference backend: %s", self.backend)
+        # vLLM names each adapter by a positive integer too; kept for the process's life.
+        self._lora_ids: dict[str, int] = {}
         self._bases: OrderedDict[str, LoadedBase] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def uses_vllm(self) -> bool:
+        return self.generation.uses_vllm
+
+    @property
+    def backend(self) -> str:
+        """What generates, e.g. ``vllm (cpu)`` or ``transformers (cpu)``."""
+        return f"{self.generation.backend} ({self.device})"
 
     # Loading -------------------------------------------------------------------------------
     def _base(self, name: str) -> LoadedBase:
@@ -70,18 +102,46 @@ class ModelPool:
         tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
+        if self.uses_vllm:
+            loaded = self._load_vllm(path, tokenizer)
+        else:
+            loaded = self._load_transformers(path, tokenizer)
+        self._bases[name] = loaded
+        while len(self._bases) > self.max_base_models:
+            evicted, unloaded = self._bases.popitem(last=False)
+            if self.uses_vllm:
+                from workers.inference import vllm_engine
+
+                vllm_engine.shutdown(unloaded.model)
+            logger.info("unloaded base model %s (LRU)", evicted)
+        return loaded
+
+    def _load_transformers(self, path: str, tokenizer: PreTrainedTokenizerBase) -> LoadedBase:
         use_bf16 = self.device == "cuda" and torch.cuda.is_bf16_supported()
         model: Any = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.bfloat16 if use_bf16 else torch.float32
         )
         model = model.to(self.device)
         model.eval()
-        loaded = LoadedBase(model=model, tokenizer=tokenizer)
-        self._bases[name] = loaded
-        while len(self._bases) > self.max_base_models:
-            evicted, _ = self._bases.popitem(last=False)
-            logger.info("unloaded base model %s (LRU)", evicted)
-        return loaded
+        context = getattr(model.config, "max_position_embeddings", None)
+        return LoadedBase(
+            model=model,
+            tokenizer=tokenizer,
+            context_length=context if isinstance(context, int) else None,
+        )
+
+    def _load_vllm(self, path: str, tokenizer: PreTrainedTokenizerBase) -> LoadedBase:
+        from workers.inference import vllm_engine
+
+        engine = vllm_engine.load_engine(
+            path,
+            self.generation,
+            max_adapters=self.max_adapters,
+            max_model_length=self.generation.max_model_length,
+        )
+        return LoadedBase(
+            model=engine, tokenizer=tokenizer, context_length=vllm_engine.context_length(engine)
+        )
 
     def _base_model_path(self, name: str) -> str:
         if name == TINY_MODEL_NAME:
@@ -136,10 +196,27 @@ class ModelPool:
             raise InferenceInputError("this adapter is no longer in the artifact store")
         return directory
 
+    def _vllm_adapter(self, uri: str) -> tuple[str, int, Path]:
+        """The LoRARequest fields for ``uri``; vLLM loads and caches (LRU) the adapter itself."""
+        from workers.inference import vllm_engine
+
+        name = adapter_name(uri)
+        directory = self._adapter_directory(uri, name)
+        rank = vllm_engine.lora_rank(directory)
+        if rank > vllm_engine.MAX_LORA_RANK:
+            raise InferenceInputError(
+                f"this adapter's LoRA rank ({rank}) is above the {vllm_engine.MAX_LORA_RANK} "
+                "the vLLM inference server accepts"
+            )
+        lora_id = self._lora_ids.setdefault(name, len(self._lora_ids) + 1)
+        return name, lora_id, directory
+
     # Generation ----------------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> GenerationResult:
         with self._lock:
             base = self._base(request.base_model)
+            if self.uses_vllm:
+                return self._generate_vllm(base, request)
             if request.adapter is not None:
                 self._activate_adapter(base, request.adapter.uri)
             inputs = self._encode(base.tokenizer, request)
@@ -158,6 +235,14 @@ class ModelPool:
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 stop = cancelled.is_set()
                 return torch.full((input_ids.shape[0],), stop, device=input_ids.device)
+
+        if self.uses_vllm:
+            # vLLM's offline engine answers whole: the stream is one piece, then the result.
+            whole = self.generate(request)
+            if whole.choices[0].text:
+                yield whole.choices[0].text
+            yield whole
+            return
 
         cancelled = threading.Event()
         with self._lock:
@@ -214,6 +299,23 @@ class ModelPool:
                 request.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
             )
         return tokenizer(request.prompt or "", return_tensors="pt")
+
+    def _generate_vllm(self, base: LoadedBase, request: GenerationRequest) -> GenerationResult:
+        from workers.inference import vllm_engine
+
+        adapter = None if request.adapter is None else self._vllm_adapter(request.adapter.uri)
+        prompt_ids = [int(t) for t in self._encode(base.tokenizer, request)["input_ids"][0]]
+        _check_context(base, len(prompt_ids), request)
+        outputs = vllm_engine.generate(base.model, prompt_ids, request, adapter)
+        choices = []
+        for output in outputs:
+            choice = self._choice(base.tokenizer, output.token_ids, request)
+            if output.stopped:  # EOS, which vLLM may leave out of the token ids
+                choice.finish_reason = "stop"
+            choices.append(choice)
+        if request.temperature <= 0:
+            choices = [choices[0].model_copy() for _ in range(request.n)]
+        return GenerationResult(choices=choices, prompt_tokens=len(prompt_ids))
 
     def _generate(
         self,
@@ -293,8 +395,8 @@ def _stable_prefix(text: str, stops: list[str]) -> str:
 
 def _check_context(base: LoadedBase, prompt_tokens: int, request: GenerationRequest) -> None:
     """Past its context a model fails inside generate (an index error): say so up front."""
-    context = getattr(base.model.config, "max_position_embeddings", None)
-    if isinstance(context, int) and prompt_tokens + request.max_tokens > context:
+    context = base.context_length
+    if context is not None and prompt_tokens + request.max_tokens > context:
         raise InferenceInputError(
             f"the prompt ({prompt_tokens} tokens) and max_tokens ({request.max_tokens}) exceed "
             f"the context of {request.base_model!r} ({context} tokens): shorten the prompt or "

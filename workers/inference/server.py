@@ -8,8 +8,8 @@ resolves model names and tenants and speaks OpenAI's format. It has no database 
 authentication of its own, so it must be reachable only by the API (it binds 127.0.0.1 unless
 RFT_INFERENCE_HOST says otherwise).
 
-Generation uses transformers + PEFT. vLLM's multi-LoRA serving would fit behind the same
-route; it is not wired yet (see the README).
+Generation uses vLLM's multi-LoRA serving where vLLM runs (RFT_GENERATION_BACKEND, decided as
+for training jobs), transformers + PEFT otherwise; ``/healthz`` says which (``backend``).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def create_app(pool: ModelPool | None = None) -> FastAPI:
         )
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz(request: Request) -> dict[str, str]:
+        model_pool: ModelPool = request.app.state.pool
+        return {"status": "ok", "backend": model_pool.backend}
 
     @app.post("/v1/generate", response_model=GenerationResult)
     async def generate(body: GenerationRequest, request: Request) -> Response:
