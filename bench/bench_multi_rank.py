@@ -1,8 +1,9 @@
 """Time per step of one job on 1 process and on 2 (torchrun, DDP over gloo on CPU), same
 global batch (prompts_per_step x num_generations completions per step), through the API.
 
-A LocalStack per process count (RFT_TRAINING_PROCESSES_PER_JOB), one job each; the step rows'
-duration_s (generation, scoring, backward, recording) are compared, the first step left out.
+A LocalStack per process count (RFT_WORKER_DEVICES), one job asking for that many devices
+(num_devices) each; the step rows' duration_s (generation, scoring, backward, recording)
+are compared, the first step left out.
 On a 2-core machine 2 ranks cannot be faster: this measures what splitting costs.
 
 Run: python bench/bench_multi_rank.py [--steps 8]
@@ -33,7 +34,7 @@ REWARD = (
 
 def run(processes: int, steps: int) -> tuple[list[float], float]:
     work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{processes}-"))
-    env = {"RFT_TRAINING_PROCESSES_PER_JOB": str(processes), "OMP_NUM_THREADS": "1"}
+    env = {"RFT_WORKER_DEVICES": str(processes), "OMP_NUM_THREADS": "1"}
     with LocalStack(work / "stack", workers=1, extra_env=env) as stack:
         assert stack.database_url
         use_database(stack.database_url)
@@ -47,6 +48,7 @@ def run(processes: int, steps: int) -> tuple[list[float], float]:
                 "/v1/jobs",
                 json={
                     "dataset_id": dataset,
+                    "num_devices": processes,
                     "reward_functions": {"count_a": {"source": REWARD}},
                     "hyperparameters": {
                         **TINY_HYPERPARAMETERS,

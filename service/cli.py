@@ -158,7 +158,7 @@ def _worker(_: argparse.Namespace) -> int:
     from workers.celery_app import celery_app
 
     celery_app.worker_main(
-        ["worker", "--pool", "solo", "--concurrency", "1", "--queues", "training",
+        ["worker", "--pool", "solo", "--concurrency", "1",
          "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     )  # fmt: skip
     return 0

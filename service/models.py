@@ -135,6 +135,9 @@ class Job(Base):
         ForeignKey("datasets.id"), nullable=True
     )
     validation_split: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # What the job trains on: this many devices (ranks) of one worker, under this engine.
+    num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    engine: Mapped[str] = mapped_column(String(32), default="ddp", server_default=text("'ddp'"))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

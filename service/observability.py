@@ -88,12 +88,16 @@ class JobCollector(Collector):
         except SQLAlchemyError:
             pass  # /readyz reports the database; metrics must not fail the scrape
         yield jobs
-        depth = GaugeMetricFamily("rft_queue_depth", "Messages waiting in the training queue")
+        depth = GaugeMetricFamily(
+            "rft_queue_depth", "Messages waiting in the training queues (every job size)"
+        )
         try:
             import redis
 
             client = redis.Redis.from_url(self.redis_url or "", socket_timeout=0.5)
-            depth.add_metric([], client.llen("training"))
+            # A queue per job size (devices-N, workers.queue) and the one from before sizes.
+            queues = [*client.scan_iter(match="devices-*", count=1000), "training"]
+            depth.add_metric([], sum(client.llen(queue) for queue in queues))
         except Exception:
             return
         yield depth

@@ -106,12 +106,23 @@ class Settings(BaseSettings):
         description="Where uid leases are locked (default <tmp>/rft-sandbox-uids); workers on "
         "one host must share it, or use disjoint uid ranges.",
     )
-    training_processes_per_job: int = Field(
-        1,
+    worker_devices: int | None = Field(
+        None,
         ge=1,
-        description="Processes (ranks) each job trains on: 1 runs in a warm pre-started "
-        "process; N > 1 starts N ranks under torchrun (DDP; gloo on CPU) in the job's own "
-        "session. A step's completions must split evenly over the ranks.",
+        description="Devices (GPUs; on a CPU-only machine, processes) this worker can give one "
+        "job: it takes jobs asking for 1..this many (num_devices) and advertises it to the "
+        "API. A 1-device job runs in a warm pre-started process; N > 1 starts N ranks under "
+        "torchrun (DDP; gloo on CPU) in the job's own session. Default: "
+        "RFT_TRAINING_PROCESSES_PER_JOB, else 1.",
+    )
+    training_processes_per_job: int = Field(
+        1, ge=1, description="Deprecated: the old name of RFT_WORKER_DEVICES."
+    )
+    worker_capacity_ttl_s: float = Field(
+        60.0,
+        gt=0,
+        description="A worker's advertised device count expires this long after its last "
+        "refresh (a stopped worker stops counting towards what jobs may ask for).",
     )
     worker_lease_s: float = Field(
         60.0,
@@ -242,6 +253,11 @@ class Settings(BaseSettings):
     @property
     def resolved_model_roots(self) -> list[Path]:
         return [Path(root).resolve() for root in self.model_roots.split(":") if root.strip()]
+
+    @property
+    def resolved_worker_devices(self) -> int:
+        """RFT_WORKER_DEVICES, or its deprecated name RFT_TRAINING_PROCESSES_PER_JOB."""
+        return self.worker_devices or self.training_processes_per_job
 
     @property
     def resolved_model_cache_dir(self) -> Path:

@@ -134,7 +134,7 @@ class LocalStack:
         worker = self._spawn(
             [
                 sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-                "--pool", "solo", "--concurrency", "1", "--queues", "training",
+                "--pool", "solo", "--concurrency", "1",
                 "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip",
                 "--without-mingle",
             ],

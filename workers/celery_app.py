@@ -4,10 +4,25 @@ says "go", so a lost or repeated message cannot corrupt a run."""
 from __future__ import annotations
 
 from celery import Celery
+from kombu import Queue
 
 from service.settings import get_settings
 
 TRAIN_JOB_TASK = "rft.train_job"
+
+# Messages queued before jobs had sizes; every worker still drains it (they are 1-device jobs).
+LEGACY_QUEUE = "training"
+
+
+def devices_queue(num_devices: int) -> str:
+    """Where jobs asking for ``num_devices`` devices wait (see workers.queue)."""
+    return f"devices-{num_devices}"
+
+
+def worker_queues(worker_devices: int) -> list[str]:
+    """The queues a worker that can give one job ``worker_devices`` devices consumes."""
+    return [devices_queue(count) for count in range(1, worker_devices + 1)] + [LEGACY_QUEUE]
+
 
 # Training tasks run for hours. With acks_late a message stays unacknowledged while it runs,
 # and Redis redelivers unacknowledged messages after the visibility timeout: keep that far
@@ -31,6 +46,9 @@ def create_celery_app() -> Celery:
         # level while it starts, and Celery's logging proxy has no file descriptor.
         worker_redirect_stdouts=False,
         task_default_queue="training",
+        # What a worker started without --queues consumes: the queues of the job sizes it
+        # can hold (workers.queue). The API sends each job to its size's queue.
+        task_queues=[Queue(name) for name in worker_queues(settings.resolved_worker_devices)],
     )
     return app
 

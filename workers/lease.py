@@ -115,7 +115,8 @@ class LostWorkerReaper:
                 step=job.steps_completed,
                 data={"worker_id": lost},
             )
-            after_commit(session, lambda: enqueue_training(job_id))
+            num_devices = job.num_devices
+            after_commit(session, lambda: enqueue_training(job_id, num_devices))
         logger.warning("requeued job %s: its worker was lost", job_id)
         return True
 
@@ -131,8 +132,13 @@ class LostWorkerReaper:
             )
             for job in stale:
                 job.updated_at = datetime.now(UTC)
-                job_id = job.id
-                after_commit(session, lambda job_id=job_id: enqueue_training(job_id))  # type: ignore[misc]
+                job_id, num_devices = job.id, job.num_devices
+                after_commit(
+                    session,
+                    lambda job_id=job_id, num_devices=num_devices: enqueue_training(  # type: ignore[misc]
+                        job_id, num_devices
+                    ),
+                )
 
 
 class ReaperThread(threading.Thread):

@@ -1,9 +1,48 @@
-"""Sending work to the training workers. Imports only Celery, so the API can use it."""
+"""Sending work to the training workers. Imports only Celery and Redis, so the API can use it.
+
+A job goes to the queue of its size, ``devices-<num_devices>``; a worker that can give a job
+D devices consumes ``devices-1`` .. ``devices-D``, so a job is only taken by a worker that can
+hold it. Each worker also advertises D in Redis (a key per worker that expires unless
+refreshed), so the API can refuse a job no running worker could hold.
+"""
 
 from __future__ import annotations
 
-from workers.celery_app import TRAIN_JOB_TASK, celery_app
+import redis
+
+from workers.celery_app import TRAIN_JOB_TASK, celery_app, devices_queue
+
+_CAPACITY_KEY_PREFIX = "rft:worker-devices:"
 
 
-def enqueue_training(job_id: str) -> None:
-    celery_app.send_task(TRAIN_JOB_TASK, args=[job_id])
+def enqueue_training(job_id: str, num_devices: int = 1) -> None:
+    celery_app.send_task(TRAIN_JOB_TASK, args=[job_id], queue=devices_queue(num_devices))
+
+
+def advertise_capacity(redis_url: str, worker_name: str, devices: int, ttl_s: float) -> None:
+    """Say (for ``ttl_s``) that this worker can give one job ``devices`` devices."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(_CAPACITY_KEY_PREFIX + worker_name, devices, px=int(ttl_s * 1000))
+    finally:
+        client.close()
+
+
+def withdraw_capacity(redis_url: str, worker_name: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(_CAPACITY_KEY_PREFIX + worker_name)
+    finally:
+        client.close()
+
+
+def largest_live_capacity(redis_url: str) -> int | None:
+    """The most devices a running worker can give one job; None when no worker advertises."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    try:
+        keys = list(client.scan_iter(match=_CAPACITY_KEY_PREFIX + "*", count=1000))
+        values = client.mget(keys) if keys else []
+    finally:
+        client.close()
+    counts = [int(value) for value in values if value is not None]
+    return max(counts) if counts else None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import socket
 import threading
 from typing import Any
 
@@ -9,7 +13,9 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from workers.celery_app import TRAIN_JOB_TASK, celery_app
 
+logger = logging.getLogger(__name__)
 _reaper_threads: list[Any] = []
+_capacity_adverts: list[tuple[threading.Event, str, str]] = []
 
 
 @celery_app.task(name=TRAIN_JOB_TASK)
@@ -20,7 +26,7 @@ def train_job(job_id: str) -> None:
 
 
 @worker_ready.connect
-def start_reaper(**_: Any) -> None:
+def start_reaper(sender: Any = None, **_: Any) -> None:
     from service.settings import get_settings
     from workers.lease import LostWorkerReaper, ReaperThread
     from workers.metrics import serve_metrics
@@ -33,8 +39,9 @@ def start_reaper(**_: Any) -> None:
     thread = ReaperThread(reaper, interval_s=max(0.5, settings.worker_lease_s / 6))
     thread.start()
     _reaper_threads.append(thread)
-    one_process_jobs = settings.training_processes_per_job == 1
-    if one_process_jobs and threading.current_thread() is threading.main_thread():
+    _advertise_capacity(settings, sender)
+    # Every worker takes 1-device jobs (queue devices-1), so every worker keeps a spare.
+    if threading.current_thread() is threading.main_thread():
         from workers.training.launch import start_spare
 
         # A warm training process for the first job (imports take seconds); started from
@@ -42,10 +49,39 @@ def start_reaper(**_: Any) -> None:
         start_spare()
 
 
+def _advertise_capacity(settings: Any, consumer: Any) -> None:
+    """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
+    from workers.queue import advertise_capacity
+
+    redis_url = settings.require_redis_url()
+    name = f"{getattr(consumer, 'hostname', None) or socket.gethostname()}:{os.getpid()}"
+    devices = settings.resolved_worker_devices
+    ttl_s = settings.worker_capacity_ttl_s
+    stopped = threading.Event()
+
+    def refresh() -> None:
+        while not stopped.is_set():
+            try:
+                advertise_capacity(redis_url, name, devices, ttl_s)
+            except Exception as exc:  # Redis away: the queue is too; try again
+                logger.warning("could not advertise this worker's devices: %s", exc)
+            stopped.wait(ttl_s / 3)
+
+    threading.Thread(target=refresh, name="capacity-advert", daemon=True).start()
+    _capacity_adverts.append((stopped, redis_url, name))
+    logger.info("this worker gives a job up to %d devices (queues devices-1..%d)", devices, devices)
+
+
 @worker_shutting_down.connect
 def stop_reaper(**_: Any) -> None:
     for thread in _reaper_threads:
         thread.stopped.set()
+    from workers.queue import withdraw_capacity
+
+    for stopped, redis_url, name in _capacity_adverts:
+        stopped.set()
+        with contextlib.suppress(Exception):
+            withdraw_capacity(redis_url, name)
     from workers.training.launch import stop_spare
 
     stop_spare()

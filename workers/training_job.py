@@ -304,6 +304,8 @@ class JobPlan:
     allow_network: bool
     runtime_packages: list[str]
     secrets: dict[str, str]
+    num_devices: int = 1
+    engine: str = "ddp"
 
 
 def _training_and_validation_rows(
@@ -347,6 +349,8 @@ def _plan(
             job.allow_network,
             list(job.runtime_packages or []),
             unseal(job.secrets_sealed, settings),
+            job.num_devices,
+            job.engine,
         )
 
 
@@ -418,6 +422,7 @@ def _train(
         )
         try:
             check_trackers_installed(hyperparameters.report_to)
+            _check_capacity(plan.num_devices, settings.resolved_worker_devices)
             environment = EnvironmentRecorder()
             observer.sandbox = environment
             # The training runs in processes of its own (each rank with its own sandbox);
@@ -426,7 +431,8 @@ def _train(
                 _rank_job(plan),
                 observer,
                 environment,
-                num_processes=settings.training_processes_per_job,
+                num_processes=plan.num_devices,
+                engine=plan.engine,
             )
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
@@ -448,6 +454,16 @@ def _train(
         else:
             _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
     # Otherwise someone else ended or paused the job: their status stands.
+
+
+def _check_capacity(num_devices: int, worker_devices: int) -> None:
+    # Queues keep larger jobs away (workers.queue); a message from before jobs had sizes
+    # is the one way here, and a job is never silently shrunk.
+    if num_devices > worker_devices:
+        raise TrainingProcessError(
+            f"the job asks for {num_devices} devices; this worker can give a job at most "
+            f"{worker_devices} (RFT_WORKER_DEVICES)"
+        )
 
 
 def signal_settings(hyperparameters: Hyperparameters) -> SignalSettings:

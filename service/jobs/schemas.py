@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,6 +24,12 @@ MAX_RUNTIME_PACKAGES = 32
 TINY_MODEL_NAME = "rft-tiny"
 MAX_REWARD_FUNCTIONS = 16
 MAX_SOURCE_BYTES = 200_000
+
+
+MAX_DEVICES_PER_JOB = 64
+# How a job's ranks share the training (README, "One job on several processes").
+TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
+AVAILABLE_ENGINES = frozenset({"ddp"})
 
 
 # How a function runs, stored with each config version beside its weight: changing them gives
@@ -252,6 +258,28 @@ class JobCreate(RewardFunctionsInput):
         "rows for validation (the dataset's last rows, at least one; shuffle an ordered file "
         "before uploading); they are not trained on.",
     )
+    num_devices: int = Field(
+        1,
+        ge=1,
+        le=MAX_DEVICES_PER_JOB,
+        description="Devices (GPUs; processes on a CPU-only worker) the job trains on, all "
+        "on one worker: only a worker whose RFT_WORKER_DEVICES is at least this takes it. "
+        "A step's completions must split evenly over them.",
+    )
+    num_nodes: int = Field(
+        1,
+        ge=1,
+        description="Machines the job spans. Only 1 for now: several machines are not "
+        "supported yet.",
+    )
+    engine: TrainingEngine = Field(
+        "ddp",
+        description="How the ranks share the training: 'ddp' (every rank holds the whole "
+        "model; right while model, gradients and optimizer state fit one device, e.g. LoRA "
+        "or up to ~1B parameters). 'deepspeed_zero2', 'deepspeed_zero3' and 'fsdp' (shard "
+        "optimizer state, gradients, parameters: for models that do not fit one device) are "
+        "not available yet.",
+    )
 
     @model_validator(mode="after")
     def _one_validation_source(self) -> JobCreate:
@@ -305,6 +333,8 @@ class Job(BaseModel):
     )
     validation_dataset_id: str | None = None
     validation_split: float | None = None
+    num_devices: int = 1
+    engine: str = "ddp"
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

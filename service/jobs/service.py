@@ -3,10 +3,12 @@ of work commits, and the training task is queued only after it has."""
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Any
 
+from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -17,7 +19,7 @@ from service.db import after_commit
 from service.errors import BadRequest, Conflict, NotFound
 from service.jobs import step_json
 from service.jobs.repository import FunctionRecord, JobRepository
-from service.jobs.schemas import JobCreate
+from service.jobs.schemas import AVAILABLE_ENGINES, JobCreate
 from service.jobs.status import JobStatus, ensure_transition
 from service.models import (
     Completion,
@@ -37,7 +39,9 @@ from service.reward_functions.service import (
 from service.secrets import seal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
-from workers.queue import enqueue_training
+from workers.queue import enqueue_training, largest_live_capacity
+
+logger = logging.getLogger(__name__)
 
 
 def create_job(
@@ -68,6 +72,7 @@ def create_job(
             f"prompts_per_step={prompts_per_step}: lower prompts_per_step or add rows"
         )
     _check_validation_source(session, tenant_id, payload, dataset.row_count)
+    _check_devices(payload)
 
     job = Job(
         id=new_id("job"),
@@ -84,6 +89,8 @@ def create_job(
         secret_names=sorted(payload.secrets),
         validation_dataset_id=payload.validation_dataset_id,
         validation_split=payload.validation_split,
+        num_devices=payload.num_devices,
+        engine=payload.engine,
         idempotency_key=idempotency_key,
     )
     try:
@@ -118,8 +125,8 @@ def create_job(
     repository.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
     for warning in base_model.warnings:
         repository.add_event(job.id, "warning", warning)
-    job_id = job.id
-    after_commit(session, lambda: enqueue_training(job_id))
+    job_id, num_devices = job.id, job.num_devices
+    after_commit(session, lambda: enqueue_training(job_id, num_devices))
     return job
 
 
@@ -200,6 +207,34 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
     return job
 
 
+def _check_devices(payload: JobCreate) -> None:
+    """Refuse what no worker could run; a job is never silently shrunk to fit."""
+    if payload.num_nodes != 1:
+        raise BadRequest(
+            f"num_nodes={payload.num_nodes}: several machines are not supported yet; a job "
+            "runs on the devices of one worker (num_devices)"
+        )
+    if payload.engine not in AVAILABLE_ENGINES:
+        raise BadRequest(
+            f"engine {payload.engine!r} is not available yet; use 'ddp' (available: "
+            f"{', '.join(sorted(AVAILABLE_ENGINES))})"
+        )
+    redis_url = get_settings().redis_url
+    if payload.num_devices == 1 or not redis_url:
+        return
+    try:
+        largest = largest_live_capacity(redis_url)
+    except RedisError as exc:
+        logger.warning("could not read the workers' device counts: %s", exc)
+        return  # the queue decides; the job waits for a worker that can hold it
+    # No worker running now: the job waits in its size's queue for one that can hold it.
+    if largest is not None and payload.num_devices > largest:
+        raise BadRequest(
+            f"num_devices={payload.num_devices}: no worker can hold this job; the largest "
+            f"a running worker offers is {largest} (RFT_WORKER_DEVICES)"
+        )
+
+
 def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     """A queued job is cancelled at once; a running one stops at its next step boundary."""
     job = get_job(session, tenant_id, job_id, for_update=True)
@@ -221,8 +256,8 @@ def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
             "saving a checkpoint. Retry in a few seconds."
         )
     transition(session, job, JobStatus.QUEUED)
-    job_id = job.id
-    after_commit(session, lambda: enqueue_training(job_id))
+    job_id, num_devices = job.id, job.num_devices
+    after_commit(session, lambda: enqueue_training(job_id, num_devices))
     return job
 
 

@@ -1,8 +1,10 @@
 """One job on two processes (torchrun, DDP over gloo on CPU), through the API.
 
-The stack's worker trains every job on 2 ranks (RFT_TRAINING_PROCESSES_PER_JOB=2). Each rank
-scores its own half of a step in its own sandbox; rank 0 gathers both halves, and the worker
-records them. Cancel, a killed rank and a lost worker must leave no training process behind.
+The stack's worker can give a job 2 devices (RFT_WORKER_DEVICES=2; processes on CPU); the
+jobs here ask for 2 (num_devices) and run on 2 ranks, unless they ask for 1 (the warm spare).
+Each rank scores its own half of a step in its own sandbox; rank 0 gathers both halves, and
+the worker records them. Cancel, a killed rank and a lost worker must leave no training
+process behind. Requests no worker can hold are refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,7 +47,7 @@ def ranks_stack() -> Iterator[LocalStack]:
         state_dir,
         workers=1,
         extra_env={
-            "RFT_TRAINING_PROCESSES_PER_JOB": str(RANKS),
+            "RFT_WORKER_DEVICES": str(RANKS),
             "RFT_WORKER_LEASE_S": "6",
             "OMP_NUM_THREADS": "1",
         },
@@ -58,23 +61,34 @@ def ranks_client(ranks_stack: LocalStack) -> Iterator[httpx.Client]:
         yield http
 
 
-def start_job(client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2) -> str:
+def job_request(
+    client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2, num_devices: int = RANKS
+) -> dict[str, Any]:
     dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
-    job = create_job(
-        client,
-        {
-            "dataset_id": dataset_id,
-            "reward_functions": {"counting": {"source": COUNTING_REWARD}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": train_steps,
-                "prompts_per_step": PROMPTS_PER_STEP,
-                "num_generations": NUM_GENERATIONS,
-                "checkpoint_every": checkpoint_every,
-            },
+    return {
+        "dataset_id": dataset_id,
+        "num_devices": num_devices,
+        "reward_functions": {"counting": {"source": COUNTING_REWARD}},
+        "hyperparameters": {
+            **TINY_HYPERPARAMETERS,
+            "train_steps": train_steps,
+            "prompts_per_step": PROMPTS_PER_STEP,
+            "num_generations": NUM_GENERATIONS,
+            "checkpoint_every": checkpoint_every,
         },
+    }
+
+
+def start_job(
+    client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2, num_devices: int = RANKS
+) -> str:
+    request = job_request(
+        client,
+        train_steps=train_steps,
+        checkpoint_every=checkpoint_every,
+        num_devices=num_devices,
     )
-    return str(job["id"])
+    return str(create_job(client, request)["id"])
 
 
 def _parent(pid: int) -> int | None:
@@ -93,8 +107,10 @@ def _command(pid: int) -> str:
         return ""
 
 
-def training_processes(root: int) -> dict[int, str]:
-    """The training launcher and ranks descending from ``root``: pid -> command line."""
+def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
+    """The training launcher and ranks descending from ``root``: pid -> command line.
+
+    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``."""
     pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     parents = {pid: _parent(pid) for pid in pids}
     found: dict[int, str] = {}
@@ -104,6 +120,8 @@ def training_processes(root: int) -> dict[int, str]:
         frontier = children - set(found)
         for pid in frontier:
             command = _command(pid)
+            if "--spare" in command and not spares:
+                continue
             if "workers.training.rank_process" in command or "torch.distributed.run" in command:
                 found[pid] = command
     return found
@@ -160,6 +178,7 @@ def test_two_rank_job_records_every_completion_of_both_ranks_once(
     job_id = start_job(ranks_client, train_steps=train_steps)
     job = wait_for(ranks_client, job_id, timeout_s=900)
     assert job["status"] == "succeeded", job.get("failure_reason")
+    assert (job["num_devices"], job["engine"]) == (RANKS, "ddp")
 
     steps = ranks_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
@@ -236,3 +255,47 @@ def test_a_lost_worker_takes_its_ranks_along_and_the_job_resumes(
     assert any(e["kind"] == "resumed" for e in events)
     steps = ranks_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+
+
+def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    worker = ranks_stack.workers[0].pid
+    waiting = list(training_processes(worker, spares=True))
+    assert len(waiting) == 1  # the spare, started with the worker
+    job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100, num_devices=1)
+    wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    launched = training_processes(worker, spares=True)
+    assert ranks_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    # The job trains in the spare that was waiting (plus the next spare), no torchrun, no ranks.
+    assert waiting[0] in launched
+    assert not any("torch.distributed.run" in command for command in launched.values())
+    assert rank_pids(worker) == {}
+    job = wait_for(ranks_client, job_id, timeout_s=300)
+    assert (job["status"], job["num_devices"]) == ("cancelled", 1)
+    wait_gone(waiting)
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "named"),
+    [
+        ({"num_devices": RANKS + 1}, 400, f"the largest a running worker offers is {RANKS}"),
+        ({"num_nodes": 2}, 400, "several machines are not supported yet"),
+        ({"engine": "deepspeed_zero2"}, 400, "not available yet"),
+        ({"engine": "fsdp"}, 400, "not available yet"),
+        ({"engine": "horovod"}, 422, "engine"),
+        ({"num_devices": 0}, 422, "num_devices"),
+        ({"num_nodes": 0}, 422, "num_nodes"),
+    ],
+)
+def test_device_requests_no_worker_can_hold_are_refused(
+    ranks_stack: LocalStack,
+    ranks_client: httpx.Client,
+    change: dict[str, Any],
+    status: int,
+    named: str,
+) -> None:
+    request = {**job_request(ranks_client, train_steps=2), **change}
+    response = ranks_client.post("/v1/jobs", json=request)
+    assert response.status_code == status, response.text
+    assert named in response.text

@@ -16,6 +16,7 @@ is left running.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -109,7 +110,60 @@ def _take_spare() -> subprocess.Popen[bytes]:
     return spare
 
 
-def _launch(job_dir: Path, num_processes: int) -> subprocess.Popen[bytes]:
+# How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
+DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
+ACCELERATE_CONFIG = "accelerate.yaml"
+
+
+def check_engine_available(engine: str) -> None:
+    """Refuse, before any process starts, an engine this worker cannot run."""
+    if engine in DEEPSPEED_ZERO_STAGES and importlib.util.find_spec("deepspeed") is None:
+        raise TrainingProcessError(
+            f"engine {engine!r} needs DeepSpeed, which is not installed on this worker "
+            "(pip install 'rft-service[deepspeed]')"
+        )
+    if engine not in DEEPSPEED_ZERO_STAGES and engine != "ddp":
+        raise TrainingProcessError(f"engine {engine!r} is not available on this worker")
+
+
+def accelerate_config(engine: str, num_processes: int) -> str:
+    """The ``accelerate launch`` config of a DeepSpeed engine (YAML; JSON is YAML).
+
+    ``use_cpu: false`` even on CPU: the ranks set use_cpu in GRPOConfig themselves (gloo);
+    FACTS: with use_cpu here accelerate starts a single process, or DeepSpeed refuses the
+    batch arithmetic. Loss and reward then match DDP's at every step.
+    """
+    config = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "DEEPSPEED",
+        "deepspeed_config": {
+            "zero_stage": DEEPSPEED_ZERO_STAGES[engine],
+            "offload_optimizer_device": "none",
+            "offload_param_device": "none",
+            "zero3_init_flag": False,
+        },
+        "mixed_precision": "no",
+        "num_machines": 1,
+        "machine_rank": 0,
+        "num_processes": num_processes,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": False,
+        "downcast_bf16": "no",
+    }
+    return json.dumps(config, indent=2)
+
+
+def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subprocess.Popen[bytes]:
+    if engine in DEEPSPEED_ZERO_STAGES:
+        config = job_dir / ACCELERATE_CONFIG
+        config.write_text(accelerate_config(engine, num_processes))
+        accelerate = [
+            sys.executable, "-m", "accelerate.commands.launch",
+            "--config_file", str(config), "--main_process_port", "0",  # a free port per job
+            "-m", RANK_MODULE, str(job_dir),
+        ]  # fmt: skip
+        return _start_rank_process("--exec", "--", *accelerate)
     if num_processes == 1:
         spare = _take_spare()
         stdin = cast(IO[bytes], spare.stdin)
@@ -149,19 +203,22 @@ def run_grpo_in_processes(
     environment: EnvironmentRecorder,
     *,
     num_processes: int = 1,
+    engine: str = "ddp",
 ) -> TrainingOutcome:
     """Train ``job`` on ``num_processes`` processes; the TrainingOutcome of rank 0.
 
     ``environment`` is what the observer stages new secrets on (its ``sandbox``).
     Raises TrainingProcessError when the processes fail, and whatever the observer raises.
     """
+    check_engine_available(engine)
+    one_spare = num_processes == 1 and engine == "ddp"
     with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:  # 0700: ours alone
         job_dir = Path(folder)
         (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(job_dir / WORKER_SOCKET))
         listener.listen(1)
-        launcher = _launch(job_dir, num_processes)
+        launcher = _launch(job_dir, num_processes, engine)
         try:
             connection = _accept(listener, launcher)
             with connection:
@@ -169,7 +226,7 @@ def run_grpo_in_processes(
         finally:
             listener.close()
             stop_process_group(launcher)
-            if num_processes == 1 and threading.current_thread() is threading.main_thread():
+            if one_spare and threading.current_thread() is threading.main_thread():
                 start_spare()  # warm for the next job
 
 

@@ -165,6 +165,9 @@ class Job(BaseModel):
     # Where validation prompts come from (None, None: no evaluation).
     validation_dataset_id: str | None = None
     validation_split: float | None = None
+    # What it trains on: this many devices of one worker, under this engine ('ddp', ...).
+    num_devices: int = 1
+    engine: str = "ddp"
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

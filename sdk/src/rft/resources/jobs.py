@@ -67,6 +67,8 @@ def _create_request(
     idempotency_key: str | None,
     validation_dataset: str | Dataset | None = None,
     validation_split: float | None = None,
+    num_devices: int | None = None,
+    engine: str | None = None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
         # Only what the caller set: the server's defaults (and presets) stay the single
@@ -88,6 +90,10 @@ def _create_request(
         )
     if validation_split is not None:
         body["validation_split"] = validation_split
+    if num_devices is not None:
+        body["num_devices"] = num_devices
+    if engine is not None:
+        body["engine"] = engine
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
@@ -268,6 +274,8 @@ class Jobs:
         idempotency_key: str | None = None,
         validation_dataset: str | Dataset | None = None,
         validation_split: float | None = None,
+        num_devices: int | None = None,
+        engine: str | None = None,
     ) -> Job:
         """Start a GRPO job.
 
@@ -281,7 +289,8 @@ class Jobs:
         judge's API key): stored encrypted, never returned (``Job.secret_names`` lists them).
         ``validation_dataset`` (or ``validation_split``, a share of the training rows held
         out) gives prompts the adapter is scored on every ``eval_every`` steps and at the end
-        (:meth:`evals`).
+        (:meth:`evals`). ``num_devices`` (default 1) trains on that many devices of one
+        worker, ``engine`` says how ('ddp', the default); None: the server's default.
         """
         options = _create_request(
             dataset=dataset,
@@ -296,6 +305,8 @@ class Jobs:
             idempotency_key=idempotency_key,
             validation_dataset=validation_dataset,
             validation_split=validation_split,
+            num_devices=num_devices,
+            engine=engine,
         )
         return Job.model_validate(self._transport.request(options).json())
 
@@ -614,6 +625,8 @@ class AsyncJobs:
         idempotency_key: str | None = None,
         validation_dataset: str | Dataset | None = None,
         validation_split: float | None = None,
+        num_devices: int | None = None,
+        engine: str | None = None,
     ) -> Job:
         options = _create_request(
             dataset=dataset,
@@ -628,6 +641,8 @@ class AsyncJobs:
             idempotency_key=idempotency_key,
             validation_dataset=validation_dataset,
             validation_split=validation_split,
+            num_devices=num_devices,
+            engine=engine,
         )
         return Job.model_validate((await self._transport.request(options)).json())
 
