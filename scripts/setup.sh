@@ -29,7 +29,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   pip_install --upgrade pip wheel
   # The CPU build first: an unpinned torch would pull several GB of CUDA packages.
   pip_install "torch==2.13.0"
-  pip_install -e ".[api,worker,embedded,dev]"
+  pip_install -e ".[api,worker,embedded,dev,deepspeed]"
   pip_install -e "./sdk[cli]"
   echo "$wanted" > "$stamp"
 fi

@@ -29,7 +29,7 @@ MAX_SOURCE_BYTES = 200_000
 MAX_DEVICES_PER_JOB = 64
 # How a job's ranks share the training (README, "One job on several processes").
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
-AVAILABLE_ENGINES = frozenset({"ddp"})
+AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2"})
 
 
 # How a function runs, stored with each config version beside its weight: changing them gives
@@ -276,9 +276,10 @@ class JobCreate(RewardFunctionsInput):
         "ddp",
         description="How the ranks share the training: 'ddp' (every rank holds the whole "
         "model; right while model, gradients and optimizer state fit one device, e.g. LoRA "
-        "or up to ~1B parameters). 'deepspeed_zero2', 'deepspeed_zero3' and 'fsdp' (shard "
-        "optimizer state, gradients, parameters: for models that do not fit one device) are "
-        "not available yet.",
+        "or up to ~1B parameters). 'deepspeed_zero2' (DeepSpeed ZeRO stage 2: optimizer "
+        "state and gradients sharded over the ranks; for full fine-tuning of models whose "
+        "optimizer state does not fit one device; needs DeepSpeed on the worker). "
+        "'deepspeed_zero3' (parameters sharded too) and 'fsdp' are not available yet.",
     )
 
     @model_validator(mode="after")

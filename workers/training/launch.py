@@ -74,10 +74,13 @@ class StagesEnvironment(Protocol):
 _spare: subprocess.Popen[bytes] | None = None
 
 
-def _start_rank_process(*args: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
+def _start_rank_process(
+    *args: str, stdin: int | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", RANK_MODULE, *args],
         stdin=stdin,
+        env=env,
         # Its own session: a signal to the worker's group does not reach it half-way, and the
         # worker stops the whole group itself.
         start_new_session=True,
@@ -163,7 +166,11 @@ def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subproces
             "--config_file", str(config), "--main_process_port", "0",  # a free port per job
             "-m", RANK_MODULE, str(job_dir),
         ]  # fmt: skip
-        return _start_rank_process("--exec", "--", *accelerate)
+        # DeepSpeed JIT-builds its CPU communication op on first use (minutes): built once
+        # into the environment, every later job loads it.
+        env = dict(os.environ)
+        env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
+        return _start_rank_process("--exec", "--", *accelerate, env=env)
     if num_processes == 1:
         spare = _take_spare()
         stdin = cast(IO[bytes], spare.stdin)
