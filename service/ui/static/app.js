@@ -884,6 +884,9 @@ class CompletionsPanel {
       el("div", { class: "card" }, el("h2", null, "Compare"), this.compare),
       this.results);
     this.stepInput.addEventListener("change", () => this.loadStep());
+    // A step the user typed before the job's steps arrived must not be replaced by the latest.
+    this.stepInput.addEventListener("input", () => { this.userChoseStep = true; });
+    this.userChoseStep = false;
     this.promptSelect.addEventListener("change", () => this.showPrompt());
     this.renderCompare();
     this.loaded = false;
@@ -894,19 +897,22 @@ class CompletionsPanel {
     if (steps.length) this.stepInput.max = steps[steps.length - 1].step;
     if (!this.loaded && steps.length) {
       this.loaded = true;
-      this.stepInput.value = steps[steps.length - 1].step;
-      this.loadStep();
+      if (!this.userChoseStep) {
+        this.stepInput.value = steps[steps.length - 1].step;
+        this.loadStep();
+      }
     }
   }
 
   moveStep(delta) {
+    this.userChoseStep = true;
     this.stepInput.value = Math.max(1, Number(this.stepInput.value || 1) + delta);
     this.loadStep();
   }
 
   async loadStep() {
     const step = Number(this.stepInput.value);
-    if (!(step >= 1)) return;
+    if (!(step >= 1)) return null;
     this.status.textContent = `Loading step ${step}…`;
     // Only the latest request draws: an earlier, slower one must not replace its result.
     const request = ++this.loading;
@@ -915,9 +921,10 @@ class CompletionsPanel {
       ({ rows } = await allPages(jobPath(this.page.jobId, "/completions"), { step }));
     } catch (failure) {
       if (request === this.loading) this.status.textContent = `Could not load step ${step}: ${failure.message}`;
-      return;
+      return null;
     }
-    if (request !== this.loading) return;
+    // A superseded request still hands its rows to whoever awaited it (best/worst of step).
+    if (request !== this.loading) return rows;
     this.stepRows = rows;
     this.shownStep = step;
     this.status.textContent = `${rows.length} completions at step ${step}`;
@@ -926,11 +933,13 @@ class CompletionsPanel {
         (group[0].dataset_index !== null ? ` · dataset row ${group[0].dataset_index}` : ""),
       group, true)));
     if (!rows.length) setChildren(this.results, el("p", { class: "card muted" }, "No completions at this step."));
+    return rows;
   }
 
   async jumpTo(which) {
-    if (this.shownStep !== Number(this.stepInput.value)) await this.loadStep();
-    const scored = (this.stepRows || []).filter((c) => c.total !== null);
+    // The rows of the step in the box, even while a later click's load is drawing.
+    const rows = this.shownStep === Number(this.stepInput.value) ? this.stepRows : await this.loadStep();
+    const scored = (rows || []).filter((c) => c.total !== null);
     if (!scored.length) return;
     const pick = scored.reduce((best, c) =>
       (which === "best" ? c.total > best.total : c.total < best.total) ? c : best);
