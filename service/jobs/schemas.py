@@ -29,7 +29,7 @@ MAX_SOURCE_BYTES = 200_000
 MAX_DEVICES_PER_JOB = 64
 # How a job's ranks share the training (README, "One job on several processes").
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
-AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2"})
+AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3"})
 
 
 # How a function runs, stored with each config version beside its weight: changing them gives
@@ -278,8 +278,9 @@ class JobCreate(RewardFunctionsInput):
         "model; right while model, gradients and optimizer state fit one device, e.g. LoRA "
         "or up to ~1B parameters). 'deepspeed_zero2' (DeepSpeed ZeRO stage 2: optimizer "
         "state and gradients sharded over the ranks; for full fine-tuning of models whose "
-        "optimizer state does not fit one device; needs DeepSpeed on the worker). "
-        "'deepspeed_zero3' (parameters sharded too) and 'fsdp' are not available yet.",
+        "optimizer state does not fit one device), 'deepspeed_zero3' (parameters sharded "
+        "too: models whose weights do not fit one device); both need DeepSpeed on the "
+        "worker. 'fsdp' is not available yet.",
     )
 
     @model_validator(mode="after")

@@ -292,7 +292,6 @@ def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
     [
         ({"num_devices": RANKS + 1}, 400, f"the largest a running worker offers is {RANKS}"),
         ({"num_nodes": 2}, 400, "several machines are not supported yet"),
-        ({"engine": "deepspeed_zero3"}, 400, "not available yet"),
         ({"engine": "fsdp"}, 400, "not available yet"),
         ({"engine": "horovod"}, 422, "engine"),
         ({"num_devices": 0}, 422, "num_devices"),
@@ -317,26 +316,28 @@ def test_device_requests_no_worker_can_hold_are_refused(
     importlib.util.find_spec("deepspeed") is None,
     reason="DeepSpeed is not installed (the deepspeed extra)",
 )
-def test_a_deepspeed_zero2_job_matches_ddp_step_for_step(
-    ranks_stack: LocalStack, ranks_client: httpx.Client
+@pytest.mark.parametrize("engine", ["deepspeed_zero2", "deepspeed_zero3"])
+def test_a_deepspeed_job_matches_ddp_step_for_step(
+    ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
 ) -> None:
-    """Same seed, same global batch: ZeRO-2 shards optimizer state and gradients, and must
-    train the same trajectory as DDP (FACTS: equal to 4 decimals on CPU). The first ZeRO-2
-    job on a machine JIT-builds DeepSpeed's CPU op (minutes; cached under the venv)."""
+    """Same seed, same global batch: ZeRO-2 shards optimizer state and gradients (ZeRO-3 the
+    parameters too), and must train the same trajectory as DDP (FACTS: equal to 4 decimals on
+    CPU). The first DeepSpeed job on a machine JIT-builds its CPU op (minutes; cached under
+    the venv)."""
     log = ranks_stack.log_dir / "worker1.log"
     trajectories: dict[str, list[tuple[float, float]]] = {}
-    for engine in ("ddp", "deepspeed_zero2"):
+    for run_engine in ("ddp", engine):
         request = job_request(ranks_client, train_steps=3, checkpoint_every=3)
-        request["engine"] = engine
+        request["engine"] = run_engine
         request["hyperparameters"]["seed"] = 7
         seen_before = log.read_text(errors="replace").count("DeepSpeed")
         job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=1200)
         assert job["status"] == "succeeded", job.get("failure_reason")
-        assert job["engine"] == engine
+        assert job["engine"] == run_engine
         deepspeed_lines = log.read_text(errors="replace").count("DeepSpeed") - seen_before
-        assert (deepspeed_lines > 0) == (engine != "ddp")
+        assert (deepspeed_lines > 0) == (run_engine != "ddp")
         steps = ranks_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
         assert [s["step"] for s in steps] == [1, 2, 3]
-        trajectories[engine] = [(s["loss"], s["reward_mean"]) for s in steps]
-    for ddp, zero2 in zip(trajectories["ddp"], trajectories["deepspeed_zero2"], strict=True):
-        assert zero2 == pytest.approx(ddp, abs=1e-4)
+        trajectories[run_engine] = [(s["loss"], s["reward_mean"]) for s in steps]
+    for ddp, sharded in zip(trajectories["ddp"], trajectories[engine], strict=True):
+        assert sharded == pytest.approx(ddp, abs=1e-4)
