@@ -72,7 +72,7 @@ def create_job(
             f"prompts_per_step={prompts_per_step}: lower prompts_per_step or add rows"
         )
     _check_validation_source(session, tenant_id, payload, dataset.row_count)
-    _check_devices(payload)
+    devices_warning = _check_devices(payload)
 
     job = Job(
         id=new_id("job"),
@@ -125,6 +125,8 @@ def create_job(
     repository.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
     for warning in base_model.warnings:
         repository.add_event(job.id, "warning", warning)
+    if devices_warning:
+        repository.add_event(job.id, "warning", devices_warning)
     job_id, num_devices = job.id, job.num_devices
     after_commit(session, lambda: enqueue_training(job_id, num_devices))
     return job
@@ -207,8 +209,9 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
     return job
 
 
-def _check_devices(payload: JobCreate) -> None:
-    """Refuse what no worker could run; a job is never silently shrunk to fit."""
+def _check_devices(payload: JobCreate) -> str | None:
+    """Refuse what no running worker could hold (a job is never shrunk to fit); a warning
+    when no worker says what it holds, so the job waits in its queue for one that can."""
     if payload.num_nodes != 1:
         raise BadRequest(
             f"num_nodes={payload.num_nodes}: several machines are not supported yet; a job "
@@ -221,18 +224,23 @@ def _check_devices(payload: JobCreate) -> None:
         )
     redis_url = get_settings().redis_url
     if payload.num_devices == 1 or not redis_url:
-        return
+        return None
     try:
         largest = largest_live_capacity(redis_url)
     except RedisError as exc:
         logger.warning("could not read the workers' device counts: %s", exc)
-        return  # the queue decides; the job waits for a worker that can hold it
-    # No worker running now: the job waits in its size's queue for one that can hold it.
-    if largest is not None and payload.num_devices > largest:
+        return None  # the queue decides; the job waits for a worker that can hold it
+    if largest is None:
+        return (
+            f"no running worker says what it holds: the job waits for a worker with "
+            f"{payload.num_devices} devices (RFT_WORKER_DEVICES)"
+        )
+    if payload.num_devices > largest:
         raise BadRequest(
             f"num_devices={payload.num_devices}: no worker can hold this job; the largest "
             f"a running worker offers is {largest} (RFT_WORKER_DEVICES)"
         )
+    return None
 
 
 def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
