@@ -143,6 +143,7 @@ def run_rank(job_dir: Path) -> int:
     from workers.training.trackers import tracker_environment
 
     rank = int(os.environ.get("RANK", "0"))
+    logger.info("rank %d of %s, engine: %s", rank, os.environ.get("WORLD_SIZE", "1"), _engine())
     worker = Client(str(job_dir / WORKER_SOCKET), family="AF_UNIX") if rank == 0 else None
     sandbox: JobSandbox | None = None
     try:
@@ -172,6 +173,14 @@ def run_rank(job_dir: Path) -> int:
     finally:
         if sandbox is not None:
             sandbox.close()
+
+
+def _engine() -> str:
+    """What the launcher set up: accelerate's DeepSpeed launcher says so in the environment
+    (the Trainer reads the same variables), torchrun and the spare do not."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return f"deepspeed ZeRO-{os.environ.get('ACCELERATE_DEEPSPEED_ZERO_STAGE', '?')}"
+    return "ddp"
 
 
 def _configure_logging() -> None:
