@@ -63,6 +63,13 @@ def ranks_client(ranks_stack: LocalStack) -> Iterator[httpx.Client]:
         yield http
 
 
+def worker_logs(stack: LocalStack) -> str:
+    """Every worker's log: an earlier test may have replaced the first worker with another."""
+    return "".join(
+        path.read_text(errors="replace") for path in sorted(stack.log_dir.glob("worker*.log"))
+    )
+
+
 def job_request(
     client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2, num_devices: int = RANKS
 ) -> dict[str, Any]:
@@ -324,20 +331,17 @@ def test_a_deepspeed_job_matches_ddp_step_for_step(
     parameters too), and must train the same trajectory as DDP (FACTS: equal to 4 decimals on
     CPU). The first DeepSpeed job on a machine JIT-builds its CPU op (minutes; cached under
     the venv)."""
-    log = ranks_stack.log_dir / "worker1.log"
     trajectories: dict[str, list[tuple[float, float]]] = {}
     for run_engine in ("ddp", engine):
         request = job_request(ranks_client, train_steps=3, checkpoint_every=3)
         request["engine"] = run_engine
         request["hyperparameters"]["seed"] = 7
-        seen_before = log.read_text(errors="replace").count("engine: deepspeed ZeRO-")
+        seen_before = worker_logs(ranks_stack).count("engine: deepspeed ZeRO-")
         job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=1200)
         assert job["status"] == "succeeded", job.get("failure_reason")
         assert job["engine"] == run_engine
         # Each rank logs what its launcher set up (the variables the Trainer reads).
-        deepspeed_ranks = (
-            log.read_text(errors="replace").count("engine: deepspeed ZeRO-") - seen_before
-        )
+        deepspeed_ranks = worker_logs(ranks_stack).count("engine: deepspeed ZeRO-") - seen_before
         assert deepspeed_ranks == (RANKS if run_engine != "ddp" else 0)
         steps = ranks_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
         assert [s["step"] for s in steps] == [1, 2, 3]
