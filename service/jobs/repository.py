@@ -186,6 +186,13 @@ class JobRepository:
         # transactions adding events to one job could commit in the other order and a reader
         # could pass the later id before the earlier one is visible, skipping it for good. A
         # per-job lock held until commit makes each job's ids visible in id order.
+        # Lock order: the job row first (KEY SHARE, what the event's foreign key takes anyway),
+        # then the event lock. Taking the event lock first deadlocked against a transaction
+        # that holds the row FOR UPDATE and then adds an event (a cancel just as the worker
+        # recorded its first event: one of them failed with a 503).
+        self.session.execute(
+            select(Job.id).where(Job.id == job_id).with_for_update(read=True, key_share=True)
+        )
         self.session.execute(
             select(func.pg_advisory_xact_lock(EVENT_ORDER_LOCK_CLASS, func.hashtext(job_id)))
         )

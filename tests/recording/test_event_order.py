@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from service.db import session_scope
 from service.jobs.repository import JobRepository
+from service.models import Job
 
 
 def waiting_for_advisory_lock() -> int:
@@ -50,3 +51,43 @@ def test_a_second_writer_waits_for_the_first_to_commit(job_id: str) -> None:
         events = JobRepository(session).list_events(job_id, after_id=0, limit=10)
     assert [event.kind for event in events] == ["first", "second"]  # id order = commit order
     assert later_ids == [event.id for event in events]
+
+
+def waiting_for_any_lock() -> int:
+    with session_scope() as session:
+        return int(session.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")) or 0)
+
+
+def test_an_event_added_under_the_row_lock_never_deadlocks_with_a_plain_event(
+    job_id: str,
+) -> None:
+    """A cancel holds the job row FOR UPDATE and then adds an event; meanwhile the worker adds
+    an event of its own (its first one at start). Both must commit, in lock order."""
+    failures: list[BaseException] = []
+
+    def plain_writer() -> None:
+        try:
+            with session_scope() as session:
+                JobRepository(session).add_event(job_id, "plain", "the worker's event")
+        except BaseException as exc:
+            failures.append(exc)
+
+    with session_scope() as holder:
+        holder.execute(select(Job).where(Job.id == job_id).with_for_update())
+        writer = threading.Thread(target=plain_writer)
+        writer.start()
+        deadline = time.monotonic() + 30
+        while waiting_for_any_lock() == 0:
+            assert writer.is_alive(), "the plain writer did not wait for the row lock"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        # Taking the event lock before the row lock, the plain writer would now hold it and
+        # this add_event would close a cycle: Postgres aborts one of the two.
+        JobRepository(holder).add_event(job_id, "after-row-lock", "the cancel's event")
+        holder.flush()
+    writer.join(timeout=30)
+
+    assert not failures, failures
+    with session_scope() as session:
+        events = JobRepository(session).list_events(job_id, after_id=0, limit=10)
+    assert [event.kind for event in events] == ["after-row-lock", "plain"]
