@@ -57,3 +57,24 @@ def create_job(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     response = client.post("/v1/jobs", json=body)
     assert response.status_code == 201, response.text
     return dict(response.json())
+
+
+# A job trained towards the letter 'a' answers differently from its base model: the chat tests
+# (transformers and vLLM serving) train one and talk to both.
+A_SHARE = (
+    "def a_share(prompt, completion, example):\n"
+    "    text = completion if isinstance(completion, str) else completion[-1]['content']\n"
+    "    return text.count('a') / max(len(text), 1)\n"
+)
+PROMPT = "Write about cats:"
+
+
+def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "temperature": 0,
+        "max_tokens": 16,
+        **overrides,
+    }
+    return client.post("/v1/chat/completions", json=body)

@@ -22,28 +22,18 @@ import rft
 from rft.cli.app import app as cli_app
 from service.stack import LocalStack
 from tests.conftest import tenant_client
-from tests.integration.helpers import create_job, upload_jsonl, wait_for
+from tests.integration.helpers import (
+    A_SHARE,
+    PROMPT,
+    chat,
+    create_job,
+    upload_jsonl,
+    wait_for,
+)
 from tests.tiny import TINY_HYPERPARAMETERS
 
 TRAIN_STEPS = 8
 CHECKPOINT_EVERY = 4
-A_SHARE = (
-    "def a_share(prompt, completion, example):\n"
-    "    text = completion if isinstance(completion, str) else completion[-1]['content']\n"
-    "    return text.count('a') / max(len(text), 1)\n"
-)
-PROMPT = "Write about cats:"
-
-
-def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "temperature": 0,
-        "max_tokens": 16,
-        **overrides,
-    }
-    return client.post("/v1/chat/completions", json=body)
 
 
 def answer(client: httpx.Client, model: str, **overrides: Any) -> str:

@@ -18,29 +18,19 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import tenant_client
-from tests.integration.helpers import create_job, upload_jsonl, wait_for
+from tests.integration.helpers import (
+    A_SHARE,
+    PROMPT,
+    chat,
+    create_job,
+    upload_jsonl,
+    wait_for,
+)
 from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
-A_SHARE = (
-    "def a_share(prompt, completion, example):\n"
-    "    text = completion if isinstance(completion, str) else completion[-1]['content']\n"
-    "    return text.count('a') / max(len(text), 1)\n"
-)
-PROMPT = "Write about cats:"
 VLLM_ENGINE_LINE = "Initializing a V1 LLM engine"
-
-
-def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "temperature": 0,
-        "max_tokens": 16,
-        **overrides,
-    }
-    return client.post("/v1/chat/completions", json=body)
 
 
 def answers(client: httpx.Client, model: str, **overrides: Any) -> list[str]:
