@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
@@ -176,10 +177,8 @@ def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subproces
         stdin = cast(IO[bytes], spare.stdin)
         stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
         stdin.close()
-        if threading.current_thread() is threading.main_thread():
-            # The next job's spare imports while this one trains: back-to-back jobs find it
-            # ready (importing takes seconds, more than a small job's whole start).
-            start_spare()
+        # The next spare starts once this job has recorded its first step (_serve): its
+        # imports take seconds of CPU, which the job's start would otherwise share.
         return spare
     torchrun = [
         sys.executable, "-m", "torch.distributed.run",
@@ -229,12 +228,26 @@ def run_grpo_in_processes(
         try:
             connection = _accept(listener, launcher)
             with connection:
-                return _serve(connection, launcher, observer, environment, job_dir)
+                return _serve(
+                    connection,
+                    launcher,
+                    observer,
+                    environment,
+                    job_dir,
+                    after_first_step=_start_spare_here if one_spare else None,
+                )
         finally:
             listener.close()
             stop_process_group(launcher)
-            if one_spare and threading.current_thread() is threading.main_thread():
-                start_spare()  # warm for the next job
+            if one_spare:
+                _start_spare_here()  # warm for the next job (if the first step never came)
+
+
+def _start_spare_here() -> None:
+    # Only from the thread that lives as long as the worker: the spare's death signal follows
+    # the thread that started it (a test's thread would take it along when it ends).
+    if threading.current_thread() is threading.main_thread():
+        start_spare()
 
 
 def _accept(listener: socket.socket, launcher: subprocess.Popen[bytes]) -> Connection:
@@ -259,6 +272,7 @@ def _serve(
     observer: TrainingObserver,
     environment: EnvironmentRecorder,
     job_dir: Path,
+    after_first_step: Callable[[], None] | None = None,
 ) -> TrainingOutcome:
     while True:
         if not connection.poll(0.5):
@@ -278,6 +292,9 @@ def _serve(
         if method not in _OBSERVER_CALLS:
             raise TrainingProcessError(f"rank 0 made an unknown call {method!r}")
         reply = getattr(observer, method)(*args)
+        if method == "on_step" and after_first_step is not None:
+            after_first_step()
+            after_first_step = None
         if method == "poll_reward_config":
             reply = (reply, environment.take())
         connection.send(reply)
