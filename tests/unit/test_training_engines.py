@@ -8,8 +8,8 @@ import importlib.util
 import pytest
 import yaml
 
-from workers.training import launch
-from workers.training.launch import TrainingProcessError, accelerate_config, check_engine_available
+from workers.training import engines
+from workers.training.engines import EngineUnavailable, accelerate_config, check_engine_available
 
 
 @pytest.mark.parametrize(("engine", "stage"), [("deepspeed_zero2", 2), ("deepspeed_zero3", 3)])
@@ -30,12 +30,12 @@ def test_a_worker_without_deepspeed_refuses_its_engines(monkeypatch: pytest.Monk
     def without_deepspeed(name: str, *args: object) -> object:
         return None if name == "deepspeed" else real_find_spec(name, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(launch.importlib.util, "find_spec", without_deepspeed)
-    with pytest.raises(TrainingProcessError, match="needs DeepSpeed, which is not installed"):
+    monkeypatch.setattr(engines.importlib.util, "find_spec", without_deepspeed)
+    with pytest.raises(EngineUnavailable, match="needs DeepSpeed, which is not installed"):
         check_engine_available("deepspeed_zero2")
     check_engine_available("ddp")
 
 
 def test_engines_the_worker_cannot_launch_are_refused() -> None:
-    with pytest.raises(TrainingProcessError, match="'fsdp' is not available"):
+    with pytest.raises(EngineUnavailable, match="'fsdp' is not available"):
         check_engine_available("fsdp")

@@ -16,7 +16,6 @@ is left running.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -33,6 +32,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
+from workers.training.engines import (
+    ACCELERATE_CONFIG,
+    DEEPSPEED_ZERO_STAGES,
+    EngineUnavailable,
+    accelerate_config,
+    check_engine_available,
+)
 from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
 from workers.training.records import TrainingObserver
 
@@ -114,50 +120,6 @@ def _take_spare() -> subprocess.Popen[bytes]:
     return spare
 
 
-# How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
-DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
-ACCELERATE_CONFIG = "accelerate.yaml"
-
-
-def check_engine_available(engine: str) -> None:
-    """Refuse, before any process starts, an engine this worker cannot run."""
-    if engine in DEEPSPEED_ZERO_STAGES and importlib.util.find_spec("deepspeed") is None:
-        raise TrainingProcessError(
-            f"engine {engine!r} needs DeepSpeed, which is not installed on this worker "
-            "(pip install 'rft-service[deepspeed]')"
-        )
-    if engine not in DEEPSPEED_ZERO_STAGES and engine != "ddp":
-        raise TrainingProcessError(f"engine {engine!r} is not available on this worker")
-
-
-def accelerate_config(engine: str, num_processes: int) -> str:
-    """The ``accelerate launch`` config of a DeepSpeed engine (YAML; JSON is YAML).
-
-    ``use_cpu: false`` even on CPU: the ranks set use_cpu in GRPOConfig themselves (gloo);
-    FACTS: with use_cpu here accelerate starts a single process, or DeepSpeed refuses the
-    batch arithmetic. Loss and reward then match DDP's at every step.
-    """
-    config = {
-        "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": "DEEPSPEED",
-        "deepspeed_config": {
-            "zero_stage": DEEPSPEED_ZERO_STAGES[engine],
-            "offload_optimizer_device": "none",
-            "offload_param_device": "none",
-            "zero3_init_flag": False,
-        },
-        "mixed_precision": "no",
-        "num_machines": 1,
-        "machine_rank": 0,
-        "num_processes": num_processes,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "use_cpu": False,
-        "downcast_bf16": "no",
-    }
-    return json.dumps(config, indent=2)
-
-
 def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subprocess.Popen[bytes]:
     if engine in DEEPSPEED_ZERO_STAGES:
         config = job_dir / ACCELERATE_CONFIG
@@ -216,7 +178,10 @@ def run_grpo_in_processes(
     ``environment`` is what the observer stages new secrets on (its ``sandbox``).
     Raises TrainingProcessError when the processes fail, and whatever the observer raises.
     """
-    check_engine_available(engine)
+    try:
+        check_engine_available(engine)
+    except EngineUnavailable as exc:
+        raise TrainingProcessError(str(exc)) from None
     one_spare = num_processes == 1 and engine == "ddp"
     with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:  # 0700: ours alone
         job_dir = Path(folder)
