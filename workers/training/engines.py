@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 # How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
 DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
+# The engines launched by ``accelerate launch --config_file`` (accelerate_config).
+ACCELERATE_ENGINES = frozenset(DEEPSPEED_ZERO_STAGES)
 ACCELERATE_CONFIG = "accelerate.yaml"
 
 

@@ -34,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Protocol, cast
 
 from workers.training.engines import (
     ACCELERATE_CONFIG,
-    DEEPSPEED_ZERO_STAGES,
+    ACCELERATE_ENGINES,
     EngineUnavailable,
     accelerate_config,
     check_engine_available,
@@ -121,7 +121,7 @@ def _take_spare() -> subprocess.Popen[bytes]:
 
 
 def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subprocess.Popen[bytes]:
-    if engine in DEEPSPEED_ZERO_STAGES:
+    if engine in ACCELERATE_ENGINES:
         config = job_dir / ACCELERATE_CONFIG
         config.write_text(accelerate_config(engine, num_processes))
         accelerate = [
