@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
 DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
@@ -31,6 +33,18 @@ class Rendezvous:
     node_rank: int
     master_addr: str
     master_port: int
+
+
+def cuda_device_count() -> int:
+    """NVIDIA GPUs this process may use, without importing torch (the worker keeps torch out
+    of its own process): the driver's list, narrowed by CUDA_VISIBLE_DEVICES when set."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    present = len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    chosen = [device for device in visible.split(",") if device.strip() not in ("", "-1")]
+    return min(present, len(chosen))
 
 
 def check_engine_available(engine: str) -> None:
