@@ -176,10 +176,12 @@ def run_rank(job_dir: Path) -> int:
 
 
 def _engine() -> str:
-    """What the launcher set up: accelerate's DeepSpeed launcher says so in the environment
-    (the Trainer reads the same variables), torchrun and the spare do not."""
+    """What the launcher set up: accelerate's DeepSpeed and FSDP launchers say so in the
+    environment (the Trainer reads the same variables), torchrun and the spare do not."""
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         return f"deepspeed ZeRO-{os.environ.get('ACCELERATE_DEEPSPEED_ZERO_STAGE', '?')}"
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return f"fsdp (FSDP{os.environ.get('FSDP_VERSION', '?')})"
     return "ddp"
 
 
