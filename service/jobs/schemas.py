@@ -29,7 +29,7 @@ MAX_SOURCE_BYTES = 200_000
 MAX_DEVICES_PER_JOB = 64
 # How a job's ranks share the training (README, "One job on several processes").
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
-AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3"})
+AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
 
 
 # How a function runs, stored with each config version beside its weight: changing them gives
@@ -280,7 +280,8 @@ class JobCreate(RewardFunctionsInput):
         "state and gradients sharded over the ranks; for full fine-tuning of models whose "
         "optimizer state does not fit one device), 'deepspeed_zero3' (parameters sharded "
         "too: models whose weights do not fit one device); both need DeepSpeed on the "
-        "worker. 'fsdp' is not available yet.",
+        "worker. 'fsdp' (PyTorch's FSDP2: parameters, gradients and optimizer state sharded, "
+        "like ZeRO-3, without DeepSpeed; CUDA GPUs only).",
     )
 
     @model_validator(mode="after")

@@ -299,7 +299,8 @@ def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
     [
         ({"num_devices": RANKS + 1}, 400, f"the largest a running worker offers is {RANKS}"),
         ({"num_nodes": 2}, 400, "several machines are not supported yet"),
-        ({"engine": "fsdp"}, 400, "not available yet"),
+        # CPU-only workers here; on CPU FSDP would silently train as plain DDP (FACTS).
+        ({"engine": "fsdp"}, 400, "needs CUDA GPUs"),
         ({"engine": "horovod"}, 422, "engine"),
         ({"num_devices": 0}, 422, "num_devices"),
         ({"num_nodes": 0}, 422, "num_nodes"),

@@ -33,8 +33,8 @@ def _request(**devices: object) -> dict[str, object]:
 
 
 def test_devices_and_engine_reach_the_request_only_when_given() -> None:
-    body = _request(num_devices=4, engine="ddp")
-    assert (body["num_devices"], body["engine"]) == (4, "ddp")
+    body = _request(num_devices=4, engine="fsdp")
+    assert (body["num_devices"], body["engine"]) == (4, "fsdp")
     left_out = _request()
     assert "num_devices" not in left_out and "engine" not in left_out
 

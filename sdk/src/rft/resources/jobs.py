@@ -290,7 +290,9 @@ class Jobs:
         ``validation_dataset`` (or ``validation_split``, a share of the training rows held
         out) gives prompts the adapter is scored on every ``eval_every`` steps and at the end
         (:meth:`evals`). ``num_devices`` (default 1) trains on that many devices of one
-        worker, ``engine`` says how ('ddp', the default); None: the server's default.
+        worker, ``engine`` says how ('ddp', the default; 'deepspeed_zero2', 'deepspeed_zero3',
+        or 'fsdp' on GPU workers: README, "Several GPUs in one job"); None: the server's
+        default.
         """
         options = _create_request(
             dataset=dataset,
