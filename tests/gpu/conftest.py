@@ -1,0 +1,74 @@
+"""Tests that need CUDA GPUs: jobs over two GPUs (FSDP, DDP over NCCL). On a machine without
+two GPUs they are collected and skipped, saying why; a GPU machine runs them as they are
+(``python -m pytest tests/gpu``).
+
+They train the built-in tiny model (no model hub needed) through the whole stack, as the CPU
+tests in tests/integration do; what they add is what only GPUs exercise: FSDP (it does not run
+on CPU, FACTS), NCCL, bf16 and activation checkpointing ("auto" turns both on with CUDA).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+
+GPUS_PER_JOB = 2
+HERE = Path(__file__).resolve().parent
+
+
+def gpu_problem() -> str | None:
+    """Why these tests cannot run here, or None when they can."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < GPUS_PER_JOB:
+        return f"needs {GPUS_PER_JOB} CUDA GPUs, torch sees {count}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mine = [item for item in items if HERE in item.path.parents]
+    if not mine:
+        return
+    problem = gpu_problem()
+    if problem is None:
+        return
+    skip = pytest.mark.skip(reason=f"GPU test: {problem}")
+    for item in mine:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def gpu_stack() -> Iterator[LocalStack]:
+    """The whole service with one worker that gives a job two GPUs."""
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-gpu-"))
+    # The worker's GPUs: the first two unless the machine says otherwise.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(GPUS_PER_JOB))))
+    with LocalStack(
+        state_dir,
+        workers=1,
+        extra_env={
+            "RFT_WORKER_DEVICES": str(GPUS_PER_JOB),
+            "CUDA_VISIBLE_DEVICES": visible,
+            # Short, so a killed worker's job is taken over quickly.
+            "RFT_WORKER_LEASE_S": "6",
+            # model.generate() on the trainer's sharded model: what FSDP must serve. vLLM's
+            # colocate jobs have their own tests (tests/vllm_generation, GPU or CPU).
+            "RFT_GENERATION_BACKEND": "transformers",
+        },
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+def gpu_client(gpu_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(gpu_stack) as http:
+        yield http
