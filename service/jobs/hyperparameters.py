@@ -182,6 +182,15 @@ class Hyperparameters(BaseModel):
         "memory, ~30% more compute). 'auto': on with CUDA, off on CPU.",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="NumPy's seed range.")
+    reproducible_sampling: bool = Field(
+        False,
+        description="Sample each completion with noise derived from (seed, step, the "
+        "completion's index in the step) instead of each process's random stream, so the same "
+        "job on 1 or N devices (num_devices) samples the same completions and trains the same "
+        "trajectory (up to float rounding). Same distribution as normal sampling. Costs a hash "
+        "over the vocabulary per generated token (small next to the forward pass). Needs "
+        "transformers generation: a worker that generates with vLLM fails such a job.",
+    )
     reward_error_rate_limit: float = Field(
         0.5,
         ge=0,

@@ -129,6 +129,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         max_prompt_length=hp.max_prompt_length,
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,
+        reproducible_sampling=hp.reproducible_sampling,
     )
     # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
     trainer.remove_callback(PrinterCallback)

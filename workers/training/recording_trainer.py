@@ -8,9 +8,12 @@ from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
+from transformers import GenerationConfig, LogitsProcessorList
 from trl import GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head
+from trl.models import unwrap_model_for_generation
+from trl.trainer.utils import add_fused_lm_head, pad
 
+from workers.training.reproducible_sampling import KeyedGumbelSampling, sampling_warpers
 from workers.training.stop_sequences import stop_length
 
 
@@ -24,9 +27,15 @@ class RecordingGRPOTrainer(GRPOTrainer):
         max_prompt_length: int | None = None,
         stop_sequences: Sequence[str] = (),
         mask_truncated_completions: bool = False,
+        reproducible_sampling: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if reproducible_sampling and self.use_vllm:
+            raise ValueError("reproducible_sampling needs transformers generation, not vLLM")
+        # Each completion's sampling noise keyed by (seed, step, its index in the step's global
+        # batch): the same completions on 1 or N ranks (workers.training.reproducible_sampling).
+        self.reproducible_sampling = reproducible_sampling
         self.max_prompt_length = max_prompt_length
         self.stop_sequences = list(stop_sequences)
         # TRL calls a completion truncated when its last token is not EOS, which a completion
@@ -44,8 +53,13 @@ class RecordingGRPOTrainer(GRPOTrainer):
         # which is a bounded deque shared across steps.
         self.last_advantages: list[float] | None = None
 
-    def _generate_single_turn(self, *args: Any, **kwargs: Any) -> tuple[list[list[int]], Any]:
-        completion_ids, logprobs = super()._generate_single_turn(*args, **kwargs)
+    def _generate_single_turn(
+        self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any
+    ) -> tuple[list[list[int]], Any]:
+        if self.reproducible_sampling:
+            completion_ids, logprobs = self._generate_keyed(prompt_ids)
+        else:
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
         if not self.stop_sequences:
             return completion_ids, logprobs
         ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
@@ -58,6 +72,69 @@ class RecordingGRPOTrainer(GRPOTrainer):
                     logprobs[index] = logprobs[index][:keep]
             self._finished.append(keep is not None or (len(ids) > 0 and ids[-1] in ends))
         return completion_ids, logprobs
+
+    def _generate_keyed(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], None]:
+        """TRL's plain ``generate()`` path (text prompts), sampling with noise keyed per
+        completion: greedy decoding over filtered logits plus Gumbel noise (KeyedGumbelSampling).
+
+        TRL's own call cannot take a logits processor, hence this copy of it."""
+        device = self.accelerator.device
+        # GRPOConfig's fields, typed loosely by transformers' TrainingArguments.
+        args: Any = self.args
+        pad_to_multiple_of: Any = self.pad_to_multiple_of
+        prompts = [torch.tensor(ids) for ids in prompt_ids]
+        input_ids = pad(
+            prompts,
+            padding_value=self._tokenizer.pad_token_id,
+            padding_side="left",
+            pad_to_multiple_of=pad_to_multiple_of,
+        ).to(device)
+        attention_mask = pad(
+            [torch.ones_like(ids) for ids in prompts],
+            padding_value=0,
+            padding_side="left",
+            pad_to_multiple_of=pad_to_multiple_of,
+        ).to(device)
+        # The ranks hold consecutive slices of the step's batch, in rank order (TRL slices the
+        # gathered advantages the same way), so this rank's first row is number rank x rows.
+        first = self.accelerator.process_index * len(prompt_ids)
+        sampling = KeyedGumbelSampling(
+            seed=args.seed,
+            step=self.state.global_step,
+            sample_indices=torch.arange(first, first + len(prompt_ids), device=device),
+            prompt_length=input_ids.shape[1],
+            warpers=sampling_warpers(
+                temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
+            ),
+        )
+        greedy = {
+            **self.generation_kwargs,
+            "do_sample": False,
+            **dict.fromkeys(("temperature", "top_p", "top_k", "min_p")),
+        }
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=args.ds3_gather_for_generation,
+                generation_kwargs=greedy,
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+            ) as unwrapped_model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            generated = unwrapped_model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=GenerationConfig(**greedy, disable_compile=True),
+                logits_processor=LogitsProcessorList([sampling]),
+            )
+        completion_ids: list[list[int]] = []
+        for row in generated[:, input_ids.shape[1] :].tolist():
+            # Up to and including the first end-of-sequence token, as TRL keeps it.
+            end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
+            completion_ids.append(row if end is None else row[: end + 1])
+        return completion_ids, None
 
     def _decode(self, token_ids: Sequence[int]) -> str:
         # As TRL decodes completions for the reward functions.

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.generation import Generation, transformers_generation
+from workers.training.generation import (
+    Generation,
+    GenerationSetupError,
+    transformers_generation,
+)
 from workers.training.records import RewardConfig
 
 
@@ -51,6 +55,13 @@ class TrainingSpec:
             raise ValueError(
                 f"dataset: {len(self.dataset)} rows, fewer than "
                 f"prompts_per_step={hp.prompts_per_step}"
+            )
+        if hp.reproducible_sampling and self.generation.uses_vllm:
+            # vLLM samples inside its engine, where per-completion keyed noise cannot reach.
+            raise GenerationSetupError(
+                "reproducible_sampling needs transformers generation, and this worker generates "
+                f"with {self.generation.describe()}: set RFT_GENERATION_BACKEND=transformers "
+                "on the worker, or turn reproducible_sampling off"
             )
 
 

@@ -107,6 +107,11 @@ class Hyperparameters(BaseModel):
     bf16: bool | Literal["auto"] | None = None
     activation_checkpointing: bool | Literal["auto"] | None = None
     seed: int | None = Field(None, ge=0)
+    reproducible_sampling: bool | None = Field(
+        None,
+        description="Sampling noise keyed per completion: the same completions on 1 or N "
+        "devices (transformers generation only).",
+    )
     reward_error_rate_limit: float | None = Field(
         None,
         ge=0,
