@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,6 +40,10 @@ COUNTING_REWARD = (
     "    time.sleep(0.1)\n"
     "    print(f'scored {len(completions)}')\n"
     "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
+)
+NEEDS_DEEPSPEED = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="DeepSpeed is not installed (the deepspeed extra)",
 )
 
 
@@ -320,10 +325,7 @@ def test_device_requests_no_worker_can_hold_are_refused(
     assert named in response.text
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="DeepSpeed is not installed (the deepspeed extra)",
-)
+@NEEDS_DEEPSPEED
 @pytest.mark.parametrize("engine", ["deepspeed_zero2", "deepspeed_zero3"])
 def test_a_deepspeed_job_matches_ddp_step_for_step(
     ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
@@ -349,3 +351,191 @@ def test_a_deepspeed_job_matches_ddp_step_for_step(
         trajectories[run_engine] = [(s["loss"], s["reward_mean"]) for s in steps]
     for ddp, sharded in zip(trajectories["ddp"], trajectories[engine], strict=True):
         assert sharded == pytest.approx(ddp, abs=1e-4)
+
+
+def assert_every_completion_once(client: httpx.Client, job_id: str, train_steps: int) -> None:
+    """Steps 1..train_steps each recorded once, each with the global batch's completions once
+    (every prompt and group position: not twice, as a re-run step or a second rank would)."""
+    steps = client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    per_step: dict[int, list[tuple[int, int]]] = {}
+    for row in all_pages(client, f"/v1/jobs/{job_id}/completions"):
+        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
+    expected = sorted((p, g) for p in range(PROMPTS_PER_STEP) for g in range(NUM_GENERATIONS))
+    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
+        step: expected for step in range(1, train_steps + 1)
+    }
+
+
+# Scores a validation sample by its row's value: the set's mean is known exactly, and a row
+# scored twice (each rank evaluating everything) or not at all (one rank's share) moves it.
+ROW_VALUE = "def row_value(prompt, completion, example):\n    return float(example['value'])\n"
+# Three rows over two ranks: shares of one and two rows.
+VALIDATION_VALUES = (1.0, 2.0, 6.0)
+
+
+@pytest.mark.parametrize("engine", ["ddp", pytest.param("deepspeed_zero3", marks=NEEDS_DEEPSPEED)])
+def test_a_two_rank_job_evaluates_the_whole_validation_set_once(
+    ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
+) -> None:
+    """Each rank generates for its share of the validation prompts and scores it in its own
+    sandbox; the stored evaluation covers every row once, as on one device (tests/integration/
+    test_validation.py). Under ZeRO-3 a rank holds a shard of the weights: generating needs
+    every rank to gather them together (a rank evaluating alone would wait forever)."""
+    train_steps = 3
+    request = job_request(ranks_client, train_steps=train_steps, checkpoint_every=100)
+    request["dataset_id"] = upload_jsonl(
+        ranks_client, [{"prompt": f"Say {w}:", "value": 0} for w in "abcdefgh"]
+    )
+    request["validation_dataset_id"] = upload_jsonl(
+        ranks_client,
+        [
+            {"prompt": f"Spell {word}:", "value": value}
+            for word, value in zip(("cat", "dog", "emu"), VALIDATION_VALUES, strict=True)
+        ],
+    )
+    request["engine"] = engine
+    request["reward_functions"]["row_value"] = {"source": ROW_VALUE}
+    request["hyperparameters"]["eval_every"] = 2
+    evaluated_before = worker_logs(ranks_stack).count("samples on 2 rank(s)")
+    job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=1200)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert (job["num_devices"], job["engine"]) == (RANKS, engine)
+
+    evals = ranks_client.get(f"/v1/jobs/{job['id']}/evals").json()["data"]
+    assert [e["step"] for e in evals] == [2, train_steps]
+    rows = len(VALIDATION_VALUES)
+    for evaluation in evals:
+        # Greedy: one completion per prompt; every row once, not once per rank nor a share.
+        assert (evaluation["prompts"], evaluation["samples"]) == (rows, rows)
+        functions = evaluation["reward_functions"]
+        assert sorted(functions) == ["counting", "row_value"]
+        for metrics in functions.values():
+            assert (metrics["scored"], metrics["errors"]) == (rows, 0)
+        assert functions["row_value"]["mean"] == pytest.approx(statistics.fmean(VALIDATION_VALUES))
+        assert evaluation["reward_mean"] == pytest.approx(
+            functions["row_value"]["mean"] + functions["counting"]["mean"]
+        )
+    # Both evaluations ran on the job's two ranks (rank 0 logs each).
+    assert worker_logs(ranks_stack).count("samples on 2 rank(s)") - evaluated_before == len(evals)
+    assert_every_completion_once(ranks_client, job["id"], train_steps)
+
+
+def optimizer_steps(checkpoint: Path) -> dict[str, set[int]]:
+    """Each DeepSpeed optimizer shard of ``checkpoint`` (one per rank) -> the step counts its
+    optimizer state holds (Adam counts every step it took, per parameter group)."""
+    import torch  # only here: the test process needs it to read the shards, nothing else does
+
+    def counts(value: Any) -> set[int]:
+        if isinstance(value, dict):
+            found = {int(v) for k, v in value.items() if k == "step" and v is not None}
+            return found.union(*(counts(v) for k, v in value.items() if k != "step"))
+        if isinstance(value, list | tuple):
+            return set().union(*(counts(v) for v in value))
+        return set()
+
+    shards = sorted(checkpoint.glob("global_step*/*optim_states.pt"))
+    return {
+        shard.name: counts(torch.load(shard, map_location="cpu", weights_only=False))
+        for shard in shards
+    }
+
+
+def assert_devices_fixed(client: httpx.Client, job_id: str, engine: str) -> None:
+    """Nothing can give an existing job another world size: no endpoint takes num_devices or
+    engine (the config update refuses unknown fields)."""
+    for method in ("PATCH", "PUT"):
+        response = client.request(
+            method, f"/v1/jobs/{job_id}", json={"num_devices": 1, "engine": "ddp"}
+        )
+        assert response.status_code == 405, response.text
+    config = client.get(f"/v1/jobs/{job_id}/config")
+    for params in ({}, {"dry_run": "true"}):
+        response = client.put(
+            f"/v1/jobs/{job_id}/config",
+            params=params,
+            json={**config.json(), "num_devices": 1, "engine": "ddp"},
+            headers={"If-Match": config.headers["ETag"]},
+        )
+        assert response.status_code == 422, response.text
+        assert "num_devices" in response.text
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert (job["num_devices"], job["engine"]) == (RANKS, engine)
+
+
+@NEEDS_DEEPSPEED
+@pytest.mark.parametrize("engine", ["deepspeed_zero2", "deepspeed_zero3"])
+def test_a_lost_deepspeed_job_resumes_with_its_optimizer_shards(
+    ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
+) -> None:
+    """As a DDP job does (test_a_lost_worker_takes_its_ranks_along_and_the_job_resumes), but
+    the optimizer state is sharded: each rank saved its own shard, and each must load it back.
+    Adam counts its steps, so the last checkpoint's shards show whether the resumed run went on
+    from the checkpoint's optimizer state (the job's step count) or began a fresh one."""
+    worker = ranks_stack.workers[0]
+    train_steps = 6
+    request = job_request(ranks_client, train_steps=train_steps, checkpoint_every=2)
+    request["engine"] = engine
+    deepspeed_ranks_before = worker_logs(ranks_stack).count("engine: deepspeed ZeRO-")
+    job_id = str(create_job(ranks_client, request)["id"])
+    wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 3, timeout_s=1200)
+    launched = list(training_processes(worker.pid))
+    assert len(rank_pids(worker.pid)) == RANKS
+    ranks_stack.kill_worker(worker)
+    wait_gone(launched)
+    # While it waits for a worker, nothing may resize it: a resume has the same ranks.
+    assert_devices_fixed(ranks_client, job_id, engine)
+    ranks_stack.start_worker()
+    job = wait_for(ranks_client, job_id, timeout_s=1200)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert (job["num_devices"], job["engine"]) == (RANKS, engine)
+
+    events = all_pages(ranks_client, f"/v1/jobs/{job_id}/events/history")
+    resumed = [e["data"]["checkpoint_step"] for e in events if e["kind"] == "resumed"]
+    assert len(resumed) == 1 and resumed[0] in (2, 4), resumed
+    assert_every_completion_once(ranks_client, job_id, train_steps)
+    # Both runs on two DeepSpeed ranks; the second started from the checkpoint.
+    log = worker_logs(ranks_stack)
+    assert log.count("engine: deepspeed ZeRO-") - deepspeed_ranks_before == 2 * RANKS
+    assert f"checkpoint-{resumed[0]}\n" in "".join(
+        line + "\n" for line in log.splitlines() if "resume from" in line
+    )
+    checkpoints = ranks_stack.state_dir / "artifacts" / job_id
+    # One shard per rank, each with the optimizer's count at its checkpoint...
+    start = optimizer_steps(checkpoints / f"checkpoint-{resumed[0]}")
+    assert len(start) == RANKS and all(steps == {resumed[0]} for steps in start.values()), start
+    # ...and at the end the whole job's: resumed[0] loaded + the re-run ones (a fresh
+    # optimizer would count only train_steps - resumed[0]).
+    end = optimizer_steps(checkpoints / f"checkpoint-{train_steps}")
+    assert len(end) == RANKS and all(steps == {train_steps} for steps in end.values()), end
+
+
+def test_no_endpoint_takes_a_world_size_for_an_existing_job(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    """num_devices, num_nodes and engine are set when a job is created and never after: the
+    only request bodies that name them are the creation's."""
+    document = ranks_client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+
+    def fields(schema: dict[str, Any], seen: frozenset[str] = frozenset()) -> set[str]:
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[-1]
+            return set() if name in seen else fields(schemas[name], seen | {name})
+        names = set(schema.get("properties", {}))
+        for key in ("allOf", "anyOf", "oneOf"):
+            for part in schema.get(key, []):
+                names |= fields(part, seen)
+        for part in schema.get("properties", {}).values():
+            names |= fields(part, seen)
+        return names
+
+    sizing = {"num_devices", "num_nodes", "engine"}
+    taking = set()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody", {}).get("content", {})
+            for media in body.values():
+                if fields(media.get("schema", {})) & sizing:
+                    taking.add((method.upper(), path))
+    assert taking == {("POST", "/v1/jobs")}

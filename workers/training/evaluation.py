@@ -3,6 +3,11 @@ job's current reward functions score what it wrote.
 
 It runs inside the trainer's process, between the optimizer step and the step's record (see
 StepReporter.on_log), so its result travels with that record to whoever stores steps.
+
+Under N ranks every rank evaluates at the same step: each generates for its own share of the
+prompts and scores it in its own sandbox, and the shares are gathered so that the record covers
+the whole set once. Every rank must take part anyway: under DeepSpeed ZeRO-3 a rank holds only
+a shard of the weights, and gathering them for generation is a collective.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from trl.models import unwrap_model_for_generation
 
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.ranks import RankGroup
 from workers.training.recording_trainer import RecordingGRPOTrainer
 from workers.training.records import EvalRecord, FunctionStepMetrics
 from workers.training.reward_dispatch import RewardDispatcher, function_score, score_samples
@@ -25,6 +32,16 @@ logger = logging.getLogger(__name__)
 
 # Prompts generated for at once: enough to keep a GPU busy, few enough for a CPU's memory.
 PROMPTS_PER_BATCH = 16
+
+
+@dataclass(frozen=True)
+class ScoredShare:
+    """One rank's share of an evaluation: per function, each sample's score (None: none) and
+    how many samples an error cost; each sample's weighted total."""
+
+    scores: dict[str, list[float | None]]
+    errors: dict[str, int]
+    totals: list[float | None]
 
 
 @dataclass(frozen=True)
@@ -69,26 +86,49 @@ class Evaluator:
         return step >= last_step or (every is not None and step % every == 0)
 
     def evaluate(
-        self, trainer: RecordingGRPOTrainer, dispatcher: RewardDispatcher, step: int
+        self,
+        trainer: RecordingGRPOTrainer,
+        dispatcher: RewardDispatcher,
+        step: int,
+        ranks: RankGroup | None = None,
     ) -> EvalRecord:
+        """The whole validation set's record, on every rank. Under N ranks (``ranks``) every
+        rank must call this at the same step (collectives); each evaluates its own share."""
+        ranks = ranks or RankGroup(rank=0, world_size=1)
         started = time.perf_counter()
-        prompts = [row["prompt"] for row in self.rows]
+        share = self._share(ranks)
+        config = dispatcher.config
+        names = [spec.name for spec in config.functions]
+        prompts = [row["prompt"] for row in share]
         completions = self._generate(trainer, prompts, step)
         repeats = self.settings.completions_per_prompt
-        config = dispatcher.config
-        results, totals = score_samples(
-            dispatcher.sandbox,
-            config,
-            prompts=[prompt for prompt in prompts for _ in range(repeats)],
-            completions=completions,
-            examples=[row for row in self.rows for _ in range(repeats)],
-            step=step,
-        )
+        scored = ScoredShare(scores={name: [] for name in names}, errors={}, totals=[])
+        if completions:  # a rank may get no prompt (fewer prompts than ranks)
+            results, totals = score_samples(
+                dispatcher.sandbox,
+                config,
+                prompts=[prompt for prompt in prompts for _ in range(repeats)],
+                completions=completions,
+                examples=[row for row in share for _ in range(repeats)],
+                step=step,
+            )
+            scored = ScoredShare(
+                scores={
+                    name: [function_score(results, name, i) for i in range(len(completions))]
+                    for name in names
+                },
+                errors={
+                    name: (results[name].failed_samples if name in results else len(completions))
+                    for name in names
+                },
+                totals=totals,
+            )
+        shares = ranks.gather(scored)
+        totals = [total for part in shares for total in part.totals]
         functions = {}
         for spec in config.functions:
-            scores = [function_score(results, spec.name, i) for i in range(len(completions))]
+            scores = [score for part in shares for score in part.scores[spec.name]]
             mean, std = mean_and_std(scores)
-            result = results.get(spec.name)
             functions[spec.name] = FunctionStepMetrics(
                 name=spec.name,
                 version=spec.version,
@@ -96,7 +136,7 @@ class Evaluator:
                 mean=mean,
                 std=std,
                 scored=sum(1 for s in scores if s is not None),
-                errors=result.failed_samples if result is not None else len(completions),
+                errors=sum(part.errors.get(spec.name, 0) for part in shares),
             )
         reward_mean, reward_std = mean_and_std(totals)
         record = EvalRecord(
@@ -104,29 +144,52 @@ class Evaluator:
             config_version=config.version,
             reward_mean=reward_mean,
             reward_std=reward_std,
-            prompts=len(prompts),
-            samples=len(completions),
+            prompts=len(self.rows),
+            samples=len(totals),
             duration_s=time.perf_counter() - started,
             functions=functions,
         )
-        logger.info(
-            "step %d: validation reward %s over %d samples (%.1fs)",
-            step,
-            reward_mean,
-            record.samples,
-            record.duration_s,
-        )
+        if ranks.is_main:
+            logger.info(
+                "step %d: validation reward %s over %d samples on %d rank(s) (%.1fs)",
+                step,
+                reward_mean,
+                record.samples,
+                ranks.world_size,
+                record.duration_s,
+            )
         return record
+
+    def _share(self, ranks: RankGroup) -> list[dict[str, Any]]:
+        """This rank's rows: a contiguous slice, so that the ranks' shares in rank order are
+        the set in its order (sizes differ by at most one)."""
+        count = len(self.rows)
+        start = ranks.rank * count // ranks.world_size
+        end = (ranks.rank + 1) * count // ranks.world_size
+        return self.rows[start:end]
 
     def _generate(self, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int) -> list[str]:
         """Each prompt's completions (completions_per_prompt of them, consecutive), as text.
 
-        The unwrapped model (no DDP collectives: only rank 0 evaluates), in eval mode (no
-        dropout), without gradients. Sampled evaluations draw from a forked RNG seeded by the
-        step, so a run with validation trains exactly as one without.
+        The unwrapped model, in eval mode (no dropout), without gradients. Under ZeRO-3 every
+        rank gathers the whole weights first (a collective, even for a rank without prompts),
+        as TRL does for training's generation; then each rank generates alone (no DDP
+        collectives). Sampled evaluations draw from a forked RNG seeded by the step, so a run
+        with validation trains exactly as one without.
         """
+        # Turned back on as training set it (TrainingArguments parses a JSON string to a dict).
+        checkpointing = trainer.args.gradient_checkpointing_kwargs
+        if not isinstance(checkpointing, dict):
+            checkpointing = None
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, gradient_checkpointing_kwargs=checkpointing
+        ) as model:
+            return self._generate_with(model, trainer, prompts, step) if prompts else []
+
+    def _generate_with(
+        self, model: Any, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int
+    ) -> list[str]:
         settings = self.settings
-        model: Any = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer: Any = trainer.processing_class
         pad_id = tokenizer.pad_token_id
         device = next(model.parameters()).device

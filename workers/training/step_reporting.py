@@ -135,16 +135,18 @@ class StepReporter(TrainerCallback):
         evaluate = self._evaluator is not None and self._evaluator.due(
             state.global_step, args.max_steps
         )
-        if evaluate:
+        evaluation = None
+        if evaluate and self._evaluator is not None:
             # Every evaluated step is checkpointed, so the best by validation reward can be
             # downloaded (and resumed from).
             control.should_save = True
+            # On every rank: each evaluates its share (and ZeRO-3 gathers weights together).
+            evaluation = self._evaluator.evaluate(
+                self._trainer, self._dispatcher, state.global_step, self._ranks
+            )
         if self._ranks.is_main:
             record = self._build_record(state.global_step, generation, logs, advantages)
-            if evaluate and self._evaluator is not None:
-                record.evaluation = self._evaluator.evaluate(
-                    self._trainer, self._dispatcher, state.global_step
-                )
+            record.evaluation = evaluation
             self._observer.on_step(record)
         # Under N ranks the observer hands rank 0's answer to every rank.
         reason = self._observer.should_stop()
