@@ -21,53 +21,32 @@ from service.stack import LocalStack
 from tests.gpu.conftest import GPUS_PER_JOB
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.integration.test_multi_rank import (
-    COUNTING_REWARD,
+    assert_every_completion_once,
     rank_pids,
     training_processes,
     wait_gone,
     worker_logs,
 )
-from tests.tiny import TINY_HYPERPARAMETERS
+from tests.integration.test_multi_rank import job_request as cpu_job_request
 
 pytestmark = pytest.mark.integration
 
-PROMPTS_PER_STEP = 2
-NUM_GENERATIONS = 4
-# Three rows over two ranks: shares of one and two prompts, one generate() call each.
+# Three rows over two ranks: shares of one and two prompts, one generate() call each. (Under
+# FSDP every rank must call generate() as often as the others: its layers gather their
+# weights from every rank at each forward.)
 VALIDATION_ROWS = [{"prompt": f"Spell {word}:"} for word in ("cat", "dog", "emu")]
 
 
 def job_request(
     client: httpx.Client, engine: str, *, train_steps: int, checkpoint_every: int
 ) -> dict[str, Any]:
-    return {
-        "dataset_id": upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"]),
-        "num_devices": GPUS_PER_JOB,
-        "engine": engine,
-        "reward_functions": {"counting": {"source": COUNTING_REWARD}},
-        "hyperparameters": {
-            **TINY_HYPERPARAMETERS,
-            "train_steps": train_steps,
-            "prompts_per_step": PROMPTS_PER_STEP,
-            "num_generations": NUM_GENERATIONS,
-            "checkpoint_every": checkpoint_every,
-        },
-    }
-
-
-def assert_every_step_recorded_once(client: httpx.Client, job_id: str, train_steps: int) -> None:
-    """Steps 1..train_steps, each with the global batch's completions exactly once (not once
-    per rank, not one rank's half)."""
-    steps = client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
-    assert all(s["loss"] is not None and s["reward_mean"] is not None for s in steps)
-    per_step: dict[int, list[tuple[int, int]]] = {}
-    for row in all_pages(client, f"/v1/jobs/{job_id}/completions"):
-        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
-    expected = sorted((p, g) for p in range(PROMPTS_PER_STEP) for g in range(NUM_GENERATIONS))
-    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
-        step: expected for step in range(1, train_steps + 1)
-    }
+    """The CPU tests' two-rank job (2 prompts x 4 generations per step, a counting reward
+    that prints), on two GPUs under ``engine``."""
+    request = cpu_job_request(
+        client, train_steps=train_steps, checkpoint_every=checkpoint_every, num_devices=GPUS_PER_JOB
+    )
+    request["engine"] = engine
+    return request
 
 
 def adapter_tensors(client: httpx.Client, job_id: str) -> dict[str, Any]:
@@ -125,7 +104,7 @@ def test_an_fsdp_job_trains_on_two_gpus_and_saves_the_whole_adapter(
         job = wait_for(gpu_client, job_id, timeout_s=1800)
         assert job["status"] == "succeeded", job.get("failure_reason")
         assert (job["num_devices"], job["engine"]) == (GPUS_PER_JOB, engine)
-        assert_every_step_recorded_once(gpu_client, job_id, train_steps)
+        assert_every_completion_once(gpu_client, job_id, train_steps)
         # Each rank logs what its launcher set up (accelerate's variables, which the Trainer
         # reads): both ranks under FSDP2 for the FSDP job, none for the DDP one.
         fsdp_ranks = worker_logs(gpu_stack).count("engine: fsdp (FSDP2)") - fsdp_ranks_before
@@ -172,7 +151,7 @@ def test_a_lost_fsdp_job_resumes_from_its_checkpoint(
     events = all_pages(gpu_client, f"/v1/jobs/{job_id}/events/history")
     resumed = [e["data"]["checkpoint_step"] for e in events if e["kind"] == "resumed"]
     assert len(resumed) == 1 and resumed[0] in (2, 4), resumed
-    assert_every_step_recorded_once(gpu_client, job_id, train_steps)
+    assert_every_completion_once(gpu_client, job_id, train_steps)
     # The resumed run was FSDP on both GPUs again, and started from that checkpoint.
     assert worker_logs(gpu_stack).count("engine: fsdp (FSDP2)") - fsdp_ranks_before == 2
     assert any(
