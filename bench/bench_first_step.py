@@ -170,6 +170,9 @@ def main() -> None:
         "warm totals per round: "
         + ", ".join(f"{r['TOTAL submit -> first step visible']:.2f} s" for r in rounds)
     )
+    print("\n== each warm round ==")
+    for name in rounds[0]:
+        print(f"{name:<52} " + " ".join(f"{r[name]:>7.3f}s" for r in rounds))
     print("\n== the worker's start-up pieces, in-process (imports warm) ==")
     for name, seconds in in_process_parts().items():
         print(f"{name:<52} {seconds:>7.3f}s")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sandbox.process import ProcessSandbox
     from workers.job_sandbox import JobSandbox
     from workers.training.ranks import RankGroup
     from workers.training.records import RewardConfig, StepRecord
@@ -122,23 +123,55 @@ class RankObserver:
             self._ask("on_config_rejected", version, message)
 
 
-def _open_sandbox(job: RankJob) -> JobSandbox:
+def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSandbox:
+    """The job's sandbox; ``started`` (a spare's, started before the job came) serves as its
+    first processes when the job would start exactly the same sandbox, else it is closed."""
     from sandbox.process import ProcessSandbox
     from service.reward_functions.scoring import sandbox_settings
     from service.settings import get_settings
     from workers.job_sandbox import JobSandbox
 
     def start(secrets: dict[str, str]) -> ProcessSandbox:
+        nonlocal started
         config = sandbox_settings(get_settings(), allow_network=job.allow_network, secrets=secrets)
         if job.packages_path is not None:
             config.extra_python_paths = [job.packages_path]
+        if started is not None:
+            ahead, started = started, None
+            if ahead.settings == config:
+                return ahead
+            ahead.close()
         return ProcessSandbox(config)
 
-    return JobSandbox(start, job.secrets)
+    try:
+        return JobSandbox(start, job.secrets)
+    finally:
+        if started is not None:  # the job's sandbox failed to start before it was offered
+            started.close()
 
 
-def run_rank(job_dir: Path) -> int:
-    """Train this rank's part of the job in ``job_dir``; the exit status of the process."""
+def _start_sandbox_ahead() -> ProcessSandbox | None:
+    """A spare's sandbox for the common job (no network, no secrets, no runtime packages),
+    started while no job waits: a sandbox start (the bubblewrap probe, once per process, then
+    bwrap and a Python start) is 50-100 ms, far more on a busy machine. Its processes have
+    loaded nothing: a job's reward code goes into them as into new ones. None where it cannot
+    start; the job then starts its own (and fails saying why)."""
+    from sandbox.process import ProcessSandbox
+    from service.reward_functions.scoring import sandbox_settings
+    from service.settings import get_settings
+
+    try:
+        return ProcessSandbox(sandbox_settings(get_settings(), allow_network=False, secrets={}))
+    except Exception as error:
+        logger.warning("no sandbox started ahead of the job: %s", error)
+        return None
+
+
+def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
+    """Train this rank's part of the job in ``job_dir``; the exit status of the process.
+
+    ``sandbox_ahead``: a sandbox started before the job came (a spare's), used if it fits.
+    """
     from workers.training.grpo import run_grpo
     from workers.training.trackers import tracker_environment
 
@@ -149,7 +182,8 @@ def run_rank(job_dir: Path) -> int:
     try:
         with open(job_dir / JOB_FILE, "rb") as handle:
             job: RankJob = pickle.load(handle)  # written by our own worker, in a 0700 folder
-        sandbox = _open_sandbox(job)
+        ahead, sandbox_ahead = sandbox_ahead, None
+        sandbox = _open_sandbox(job, ahead)
         observer = RankObserver(worker, sandbox)
         with tracker_environment(job.report_to, job.secrets):
             outcome = run_grpo(job.spec, sandbox, observer)
@@ -173,6 +207,8 @@ def run_rank(job_dir: Path) -> int:
     finally:
         if sandbox is not None:
             sandbox.close()
+        if sandbox_ahead is not None:  # the job failed before its sandbox opened
+            sandbox_ahead.close()
 
 
 def _engine() -> str:
@@ -204,6 +240,43 @@ def _warm_imports() -> None:
     from workers.job_sandbox import JobSandbox  # noqa: F401
 
 
+def _warm_first_job() -> None:
+    """Pay, while no job waits, what a job's first trainer would otherwise pay on its way to
+    step 1 (bench/bench_first_step.py). Nothing here depends on the job, and nothing holds
+    memory beyond a module or a table: no model is loaded."""
+    import gc
+    import importlib.util
+
+    import torch
+
+    # accelerate imports DeepSpeed whenever it is installed, the first time the trainer asks
+    # whether its model is a PEFT model (extract_model_from_parallel).
+    if importlib.util.find_spec("deepspeed") is not None:
+        import deepspeed  # noqa: F401
+    # transformers compiles its table of checkpoint key renamings (~900 regexes, every model
+    # type) at the first from_pretrained, and keeps it for the process. An internal API:
+    # a transformers without it only loses the head start.
+    with contextlib.suppress(Exception):
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        get_checkpoint_conversion_mapping("llama")
+    # torch's first autograd pass and optimizer step, and its first record_function (TRL
+    # profiles every step with one; it imports torch's CUPTI monitor), on a throwaway layer;
+    # fork_rng leaves the random state as a fresh process has it.
+    with torch.random.fork_rng(devices=[]), torch.autograd.profiler.record_function("warm-up"):
+        layer = torch.nn.Linear(8, 8)
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+        torch.nn.functional.log_softmax(layer(torch.ones(2, 8)), dim=-1).mean().backward()
+        torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
+        optimizer.step()
+    # The imports left about half a million objects for the cyclic collector to walk, and
+    # Trainer.train() runs gc.collect() before its first step (accelerate's free_memory).
+    # Freezing them (module-level objects that live as long as the process) takes them out of
+    # every later collection; the job's own objects are collected as usual.
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--exec"]:
         command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
@@ -213,11 +286,15 @@ def main(argv: list[str]) -> int:
     _configure_logging()
     if argv[:1] == ["--spare"]:
         _warm_imports()
+        _warm_first_job()
+        sandbox_ahead = _start_sandbox_ahead()
         logger.info(SPARE_READY)
         line = sys.stdin.readline()
         if not line:
+            if sandbox_ahead is not None:
+                sandbox_ahead.close()
             return 0  # the worker closed its end: no job came
-        return run_rank(Path(json.loads(line)["job_dir"]))
+        return run_rank(Path(json.loads(line)["job_dir"]), sandbox_ahead)
     return run_rank(Path(argv[0]))
 
 
