@@ -100,7 +100,12 @@ class Evaluator:
         config = dispatcher.config
         names = [spec.name for spec in config.functions]
         prompts = [row["prompt"] for row in share]
-        completions = self._generate(trainer, prompts, step)
+        # Under FSDP each forward gathers every layer's weights from all ranks: every rank must
+        # call generate() as often as the one with the largest share (a rank with fewer or no
+        # prompts fills in with discarded calls), or the others wait forever. Elsewhere a rank
+        # generates alone once its weights are whole (DDP; ZeRO-3 gathers them up front).
+        calls = generate_calls(len(self.rows), ranks.world_size) if _is_fsdp(trainer) else 0
+        completions = self._generate(trainer, prompts, step, calls)
         repeats = self.settings.completions_per_prompt
         scored = ScoredShare(scores={name: [] for name in names}, errors={}, totals=[])
         if completions:  # a rank may get no prompt (fewer prompts than ranks)
@@ -168,8 +173,11 @@ class Evaluator:
         end = (ranks.rank + 1) * count // ranks.world_size
         return self.rows[start:end]
 
-    def _generate(self, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int) -> list[str]:
-        """Each prompt's completions (completions_per_prompt of them, consecutive), as text.
+    def _generate(
+        self, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int, calls: int = 0
+    ) -> list[str]:
+        """Each prompt's completions (completions_per_prompt of them, consecutive), as text;
+        at least ``calls`` calls to generate() (the extra ones' output discarded).
 
         The unwrapped model, in eval mode (no dropout), without gradients. Under ZeRO-3 every
         rank gathers the whole weights first (a collective, even for a rank without prompts),
@@ -184,10 +192,17 @@ class Evaluator:
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator, gradient_checkpointing_kwargs=checkpointing
         ) as model:
-            return self._generate_with(model, trainer, prompts, step) if prompts else []
+            if not prompts and not calls:
+                return []
+            return self._generate_with(model, trainer, prompts, step, calls)
 
     def _generate_with(
-        self, model: Any, trainer: RecordingGRPOTrainer, prompts: list[Any], step: int
+        self,
+        model: Any,
+        trainer: RecordingGRPOTrainer,
+        prompts: list[Any],
+        step: int,
+        calls: int = 0,
     ) -> list[str]:
         settings = self.settings
         tokenizer: Any = trainer.processing_class
@@ -201,8 +216,15 @@ class Evaluator:
             devices = [device] if device.type == "cuda" else []
             with torch.no_grad(), torch.random.fork_rng(devices=devices):
                 torch.manual_seed(settings.seed + step)
-                for start in range(0, len(prompts), PROMPTS_PER_BATCH):
-                    batch = prompts[start : start + PROMPTS_PER_BATCH]
+                batches = [
+                    prompts[start : start + PROMPTS_PER_BATCH]
+                    for start in range(0, len(prompts), PROMPTS_PER_BATCH)
+                ]
+                real = len(batches)
+                # Fillers come after this rank's own prompts: their draws change none of its
+                # completions.
+                batches += [[self.rows[0]["prompt"]]] * max(0, calls - real)
+                for index, batch in enumerate(batches):
                     # As training tokenizes them (chat template, prompt truncation); one at a
                     # time, as a set may mix plain and chat prompts, which TRL tokenizes apart.
                     prompt_ids = [trainer._tokenize_prompts([p])[0][0] for p in batch]
@@ -225,6 +247,8 @@ class Evaluator:
                         pad_token_id=pad_id,
                         use_cache=True,
                     )
+                    if index >= real:
+                        continue  # a filler: kept this rank in step with the others
                     for ids in output[:, width:].tolist():
                         texts.append(self._cut_at_stop(trainer._decode(ids)))
         finally:
@@ -236,3 +260,13 @@ class Evaluator:
         """Ends a completion at its first stop string, kept, as training cuts them."""
         ends = [text.find(s) + len(s) for s in self.settings.stop if s in text]
         return text[: min(ends)] if ends else text
+
+
+def generate_calls(rows: int, world_size: int) -> int:
+    """The generate() calls of the rank with the largest share of ``rows`` (Evaluator._share)."""
+    largest_share = -(-rows // world_size)
+    return -(-largest_share // PROMPTS_PER_BATCH)
+
+
+def _is_fsdp(trainer: RecordingGRPOTrainer) -> bool:
+    return bool(getattr(trainer, "is_fsdp_enabled", False))
