@@ -35,17 +35,27 @@ _MULTIPLIER_B = 0x5BD1E995
 _GOLDEN = 0x9E3779B9
 
 
-def _mix(values: torch.Tensor) -> torch.Tensor:
-    """One avalanche round over int64 values in [0, 2**32) (a lowbias32-style finalizer)."""
-    values = values ^ (values >> 16)
-    values = (values * _MULTIPLIER_A) & _MASK_32
-    values = values ^ (values >> 15)
-    values = (values * _MULTIPLIER_B) & _MASK_32
-    return values ^ (values >> 16)
+def _mix_in_place(values: torch.Tensor) -> torch.Tensor:
+    """One avalanche round over int64 values in [0, 2**32) (a lowbias32-style finalizer).
+
+    In place: over a (batch, vocab) grid, fresh tensors per op cost half the time (measured on
+    CPU). Callers pass a tensor of their own."""
+    values ^= values >> 16
+    values *= _MULTIPLIER_A
+    values &= _MASK_32
+    values ^= values >> 15
+    values *= _MULTIPLIER_B
+    values &= _MASK_32
+    values ^= values >> 16
+    return values
 
 
 def _absorb(state: torch.Tensor, field: torch.Tensor | int) -> torch.Tensor:
-    return _mix((state + _GOLDEN + field) & _MASK_32)
+    """A new state from ``state`` and ``field`` (broadcast together)."""
+    combined = state + field
+    combined += _GOLDEN
+    combined &= _MASK_32
+    return _mix_in_place(combined)
 
 
 def keyed_uniform(
@@ -61,11 +71,12 @@ def keyed_uniform(
     rows = _absorb(state, sample_indices.to(torch.int64) & _MASK_32)
     # Both sides mixed apart first (cheap: batch + vocab values), so that one round over the
     # (batch, vocab) grid, the part that costs, suffices.
-    vocab = _mix(torch.arange(vocab_size, dtype=torch.int64, device=device))
+    vocab = _mix_in_place(torch.arange(vocab_size, dtype=torch.int64, device=device))
     bits = _absorb(rows.unsqueeze(1), vocab.unsqueeze(0))
+    bits >>= 9
     # 23 bits as odd multiples of 2**-24: every value, 1 - 2**-24 included, is exact in
     # float32, so neither 0 nor 1 occurs and the Gumbel transform below stays finite.
-    return ((bits >> 9).to(torch.float32) * 2 + 1) * 2.0**-24
+    return bits.to(torch.float32).mul_(2).add_(1).mul_(2.0**-24)
 
 
 def keyed_gumbel(
@@ -79,7 +90,7 @@ def keyed_gumbel(
         position=position,
         vocab_size=vocab_size,
     )
-    return -torch.log(-torch.log(uniform))
+    return uniform.log_().neg_().log_().neg_()
 
 
 def sampling_warpers(
