@@ -127,9 +127,10 @@ def _fsdp() -> dict[str, object]:
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_reshard_after_forward": True,
             "fsdp_offload_params": False,
-            # Every rank starts from rank 0's weights, the LoRA initialisation included (FSDP2
-            # does not broadcast them the way DDP does); the others load the base on the meta
-            # device, so a machine holds the checkpoint in memory once, not once per rank.
+            # Every rank starts from rank 0's weights, the LoRA initialisation included: the
+            # model is sharded from rank 0's copy (FSDP2 does not broadcast the ranks' own
+            # values the way DDP does; seen on a CPU mesh: LoRA A drawn differently on two
+            # ranks is rank 0's on both after sharding).
             "fsdp_cpu_ram_efficient_loading": True,
             # The Trainer writes the adapter (save_model, and each checkpoint's
             # adapter_model.safetensors) only from a full state dict: under

@@ -106,9 +106,9 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
 
     tokenizer = _load_tokenizer(model_path)
     use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
-    # Before the model: the config sets torch.distributed up, and only then does
-    # from_pretrained see FSDP's cpu_ram_efficient_loading (engines._fsdp), loading the weights
-    # on rank 0 alone (the others get them by broadcast). No effect under the other engines.
+    # Before the model, as when TRL loads it itself: the config sets torch.distributed up, so
+    # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
+    # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16)
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
