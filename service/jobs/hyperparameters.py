@@ -188,8 +188,9 @@ class Hyperparameters(BaseModel):
         "completion's index in the step) instead of each process's random stream, so the same "
         "job on 1 or N devices (num_devices) samples the same completions and trains the same "
         "trajectory (up to float rounding). Same distribution as normal sampling. Costs a hash "
-        "over the vocabulary per generated token (small next to the forward pass). Needs "
-        "transformers generation: a worker that generates with vLLM fails such a job.",
+        "over the vocabulary per generated token (~10% of generation time on the tiny CPU "
+        "model; bench/README.md). Needs transformers generation: a worker that generates "
+        "with vLLM fails such a job at its start.",
     )
     reward_error_rate_limit: float = Field(
         0.5,
