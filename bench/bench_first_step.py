@@ -4,7 +4,8 @@ A LocalStack (embedded Postgres and Redis, the API, one Celery worker) runs one 
 so that the worker's imports are done; then the demo job is submitted --rounds times. Each
 submission is timed from the client, and split with the timestamps the service keeps anyway:
 the job row (created_at, started_at), the first step row (created_at, duration_s) and the
-worker's log (task received; "GRPO on ..." once the trainer is built). A second section times
+worker's log (task received; the training process's "rank 0 of 1" once it has the job; "GRPO
+on ..." once the trainer is built). A second section times
 the worker's start-up pieces in this process (model load, trainer build, sandbox start).
 
 Run: python bench/bench_first_step.py [--rounds 3]
@@ -82,6 +83,8 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
         time.sleep(0.1)
         job = http.get(f"/v1/jobs/{job_id}").json()
     received = log_times(worker_log, r"Task \S+\[.*\] received", submitted)[0]
+    # The training process's first line once it has the job (rank_process.run_rank).
+    handed = log_times(worker_log, r"^rank 0 of 1, engine", submitted)[0]
     built = log_times(worker_log, r"^GRPO on ", submitted)[0]
     step = steps[0]
     recorded = epoch(step["created_at"])
@@ -91,7 +94,8 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
         "POST /v1/jobs (validate, insert, commit, enqueue)": accepted - submitted,
         "Celery pickup (response -> task received)": received - accepted,
         "job start (received -> running, lease taken)": started - received,
-        "load dataset/config, sandbox, model, trainer": built - started,
+        "worker: dataset/config, job folder, to the spare": handed - started,
+        "spare: sandbox, reward functions, model, trainer": built - handed,
         # The step row's created_at is taken as the writer stores it (well under 1 ms after
         # the record is built), so storing step 1 is counted in this line.
         "train() set-up until step 1 begins": step_began - built,
