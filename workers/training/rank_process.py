@@ -249,9 +249,13 @@ def _warm_first_job() -> None:
 
     import torch
 
+    from workers.training.engines import cuda_device_count
+
     # accelerate imports DeepSpeed whenever it is installed, the first time the trainer asks
-    # whether its model is a PEFT model (extract_model_from_parallel).
-    if importlib.util.find_spec("deepspeed") is not None:
+    # whether its model is a PEFT model (extract_model_from_parallel). Only without GPUs:
+    # DeepSpeed's import probes the CUDA accelerator, which an idle spare must not hold (not
+    # verified on a GPU; there 0.1-0.2 s is nothing next to loading the model).
+    if cuda_device_count() == 0 and importlib.util.find_spec("deepspeed") is not None:
         import deepspeed  # noqa: F401
     # transformers compiles its table of checkpoint key renamings (~900 regexes, every model
     # type) at the first from_pretrained, and keeps it for the process. An internal API:
