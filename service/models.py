@@ -135,8 +135,10 @@ class Job(Base):
         ForeignKey("datasets.id"), nullable=True
     )
     validation_split: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # What the job trains on: this many devices (ranks) of one worker, under this engine.
+    # What the job trains on: this many devices (ranks) on each of num_nodes workers (one
+    # per machine), under this engine.
     num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    num_nodes: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
     engine: Mapped[str] = mapped_column(String(32), default="ddp", server_default=text("'ddp'"))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
@@ -281,6 +283,32 @@ class JobEvent(Base):
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JobNode(Base):
+    """One worker of a job placed on several machines (workers.placement).
+
+    Rows appear as workers join a placement (node 0 first) and go when the run ends; the
+    job runs only once all ``num_nodes`` rows exist. Node 0's worker holds the job's lease and
+    records; every node beats its row, so node 0 sees a lost node.
+    """
+
+    __tablename__ = "job_nodes"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # One attempt to place the job: rows of an abandoned attempt are never mixed with a new one.
+    placement_id: Mapped[str] = mapped_column(String(64))
+    worker_id: Mapped[str] = mapped_column(String(200))
+    # Where the other nodes reach this worker's machine (RFT_WORKER_ADDRESS).
+    address: Mapped[str] = mapped_column(String(255))
+    # waiting -> launched -> finished | failed
+    state: Mapped[str] = mapped_column(String(16))
+    # Node 0 only: the port its launcher's rendezvous listens on, set when all nodes joined.
+    rendezvous_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)  # why a node failed
+    joined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Checkpoint(Base):

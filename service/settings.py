@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -123,6 +124,19 @@ class Settings(BaseSettings):
         gt=0,
         description="A worker's advertised device count expires this long after its last "
         "refresh (a stopped worker stops counting towards what jobs may ask for).",
+    )
+    worker_address: str | None = Field(
+        None,
+        description="The address other machines reach this worker's machine at, for jobs "
+        "over several machines (num_nodes): node 0's launcher listens there for the others' "
+        "rendezvous. Default: the address this host's name resolves to.",
+    )
+    placement_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long the workers that took a job over several machines wait for the "
+        "rest (all num_nodes at once, or none): then they let go, say so in an event, and the "
+        "job is queued again.",
     )
     worker_lease_s: float = Field(
         60.0,
@@ -253,6 +267,15 @@ class Settings(BaseSettings):
     @property
     def resolved_model_roots(self) -> list[Path]:
         return [Path(root).resolve() for root in self.model_roots.split(":") if root.strip()]
+
+    @property
+    def resolved_worker_address(self) -> str:
+        if self.worker_address:
+            return self.worker_address
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
 
     @property
     def resolved_worker_devices(self) -> int:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import after_commit, session_scope
@@ -22,7 +22,7 @@ from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
 from service.jobs.service import transition
 from service.jobs.status import JobStatus
-from service.models import Job
+from service.models import Job, JobNode
 from workers.queue import enqueue_training
 
 logger = logging.getLogger(__name__)
@@ -115,8 +115,10 @@ class LostWorkerReaper:
                 step=job.steps_completed,
                 data={"worker_id": lost},
             )
-            num_devices = job.num_devices
-            after_commit(session, lambda: enqueue_training(job_id, num_devices))
+            # A job over several machines is placed afresh (all nodes again).
+            session.execute(delete(JobNode).where(JobNode.job_id == job.id))
+            num_devices, num_nodes = job.num_devices, job.num_nodes
+            after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
         logger.warning("requeued job %s: its worker was lost", job_id)
         return True
 
@@ -132,12 +134,11 @@ class LostWorkerReaper:
             )
             for job in stale:
                 job.updated_at = datetime.now(UTC)
-                job_id, num_devices = job.id, job.num_devices
                 after_commit(
                     session,
-                    lambda job_id=job_id, num_devices=num_devices: enqueue_training(  # type: ignore[misc]
-                        job_id, num_devices
-                    ),
+                    lambda queued=(job.id, job.num_devices, job.num_nodes): enqueue_training(
+                        *queued
+                    ),  # type: ignore[misc]
                 )
 
 

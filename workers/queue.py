@@ -4,9 +4,15 @@ A job goes to the queue of its size, ``devices-<num_devices>``; a worker that ca
 D devices consumes ``devices-1`` .. ``devices-D``, so a job is only taken by a worker that can
 hold it. Each worker also advertises D in Redis (a key per worker that expires unless
 refreshed), so the API can refuse a job no running worker could hold.
+
+A job over N machines (``num_nodes``) gets N messages in its queue: N workers take one each
+and meet in the database (workers.placement).
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
 
 import redis
 
@@ -15,15 +21,26 @@ from workers.celery_app import TRAIN_JOB_TASK, celery_app, devices_queue
 _CAPACITY_KEY_PREFIX = "rft:worker-devices:"
 
 
-def enqueue_training(job_id: str, num_devices: int = 1) -> None:
-    celery_app.send_task(TRAIN_JOB_TASK, args=[job_id], queue=devices_queue(num_devices))
+def enqueue_training(job_id: str, num_devices: int = 1, num_nodes: int = 1) -> None:
+    """Queue a job for as many workers as it spans machines (one message each)."""
+    for _ in range(num_nodes):
+        celery_app.send_task(TRAIN_JOB_TASK, args=[job_id], queue=devices_queue(num_devices))
 
 
-def advertise_capacity(redis_url: str, worker_name: str, devices: int, ttl_s: float) -> None:
+@dataclass(frozen=True)
+class WorkerCapacity:
+    devices: int  # the most devices this worker gives one job
+    accelerator: str  # "cuda" or "cpu"
+
+
+def advertise_capacity(
+    redis_url: str, worker_name: str, devices: int, ttl_s: float, accelerator: str = "cpu"
+) -> None:
     """Say (for ``ttl_s``) that this worker can give one job ``devices`` devices."""
+    advert = json.dumps({"devices": devices, "accelerator": accelerator})
     client = redis.Redis.from_url(redis_url)
     try:
-        client.set(_CAPACITY_KEY_PREFIX + worker_name, devices, px=int(ttl_s * 1000))
+        client.set(_CAPACITY_KEY_PREFIX + worker_name, advert, px=int(ttl_s * 1000))
     finally:
         client.close()
 
@@ -36,13 +53,25 @@ def withdraw_capacity(redis_url: str, worker_name: str) -> None:
         client.close()
 
 
-def largest_live_capacity(redis_url: str) -> int | None:
-    """The most devices a running worker can give one job; None when no worker advertises."""
+def live_workers(redis_url: str) -> list[WorkerCapacity]:
+    """What every running worker advertises (an expired advert is a stopped worker)."""
     client = redis.Redis.from_url(redis_url, socket_timeout=2)
     try:
         keys = list(client.scan_iter(match=_CAPACITY_KEY_PREFIX + "*", count=1000))
         values = client.mget(keys) if keys else []
     finally:
         client.close()
-    counts = [int(value) for value in values if value is not None]
+    return [_capacity(value) for value in values if value is not None]
+
+
+def _capacity(value: bytes | str) -> WorkerCapacity:
+    advert = json.loads(value)
+    if isinstance(advert, int):  # a worker from before adverts said more than the count
+        return WorkerCapacity(devices=advert, accelerator="cpu")
+    return WorkerCapacity(devices=int(advert["devices"]), accelerator=str(advert["accelerator"]))
+
+
+def largest_live_capacity(redis_url: str) -> int | None:
+    """The most devices a running worker can give one job; None when no worker advertises."""
+    counts = [worker.devices for worker in live_workers(redis_url)]
     return max(counts) if counts else None

@@ -52,7 +52,9 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
 def _advertise_capacity(settings: Any, consumer: Any) -> None:
     """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
     from workers.queue import advertise_capacity
+    from workers.training.engines import cuda_device_count
 
+    accelerator = "cuda" if cuda_device_count() > 0 else "cpu"
     redis_url = settings.require_redis_url()
     name = f"{getattr(consumer, 'hostname', None) or socket.gethostname()}:{os.getpid()}"
     devices = settings.resolved_worker_devices
@@ -62,7 +64,7 @@ def _advertise_capacity(settings: Any, consumer: Any) -> None:
     def refresh() -> None:
         while not stopped.is_set():
             try:
-                advertise_capacity(redis_url, name, devices, ttl_s)
+                advertise_capacity(redis_url, name, devices, ttl_s, accelerator)
             except Exception as exc:  # Redis away: the queue is too; try again
                 logger.warning("could not advertise this worker's devices: %s", exc)
             stopped.wait(ttl_s / 3)

@@ -33,14 +33,17 @@ from workers.circuit_breaker import RewardCircuitBreaker
 from workers.job_watch import JobState, JobWatcher
 from workers.lease import JobHeartbeat
 from workers.metrics import observe_step
+from workers.placement import FAILED, FINISHED, NodeRun, placed
 from workers.recording import BackgroundWriter, store_step, with_database_retries
 from workers.runtime_packages import PackageInstallError, install_runtime_packages
 from workers.training.generation import GenerationSetupError, choose_generation
 from workers.training.launch import (
     EnvironmentRecorder,
+    NodeLost,
     StagesEnvironment,
     TrainingProcessError,
     run_grpo_in_processes,
+    run_node_processes,
 )
 from workers.training.rank_process import RankJob
 from workers.training.records import RewardConfig, StepRecord
@@ -56,7 +59,7 @@ from workers.training_signals import (
 )
 
 if TYPE_CHECKING:
-    from workers.training.spec import TrainingSpec
+    from workers.training.spec import TrainingOutcome, TrainingSpec
 
 logger = logging.getLogger(__name__)
 
@@ -386,22 +389,87 @@ def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Pat
 
 def run_training_job(job_id: str) -> None:
     """Train the job to its end, recording every step; the final status says how it ended."""
+    if _num_nodes(job_id) > 1:
+        _run_node_of_job(job_id)
+        return
     started = _start(job_id)
     if started is False:
         return
+    _run_started(job_id, started)
+
+
+def _run_started(job_id: str, started: Checkpoint | None, nodes: NodeRun | None = None) -> None:
     settings = get_settings()
     with (
         JobHeartbeat(job_id, WORKER_ID, interval_s=max(0.5, settings.worker_lease_s / 6)),
         JobWatcher(job_id, settings.require_database_url()) as watcher,
     ):
-        _train(job_id, settings, started, watcher)
+        _train(job_id, settings, started, watcher, nodes)
     _release(job_id)
 
 
+def _num_nodes(job_id: str) -> int:
+    def read() -> int:
+        with session_scope() as session:
+            return session.scalar(select(Job.num_nodes).where(Job.id == job_id)) or 1
+
+    return with_database_retries(read, what=f"reading job {job_id}")
+
+
+def _run_node_of_job(job_id: str) -> None:
+    """This worker's part of a job over several machines (workers.placement): node 0 runs and
+    records it as a one-machine job, with rank 0 among its processes; the others run ranks."""
+    with placed(job_id, WORKER_ID, take_job=lambda job_id: _start(job_id) is not False) as node:
+        if node is None:
+            return
+        if node.seat.node_rank == 0:
+            _run_started(job_id, _latest_checkpoint(job_id), node)
+        else:
+            _run_other_node(job_id, node)
+
+
+def _latest_checkpoint(job_id: str) -> Checkpoint | None:
+    # What node 0's _start resumes from; no checkpoint is added until every node's ranks run.
+    def read() -> Checkpoint | None:
+        with session_scope() as session:
+            return JobRepository(session).latest_checkpoint(job_id)
+
+    return with_database_retries(read, what=f"reading the checkpoints of {job_id}")
+
+
+def _run_other_node(job_id: str, node: NodeRun) -> None:
+    """Node 1 and up: this machine's ranks of the job, until they end or node 0 stops."""
+    settings = get_settings()
+    try:
+        plan = _plan(job_id, settings, artifact_store(settings), _latest_checkpoint(job_id))
+        run_node_processes(
+            _rank_job(plan),
+            num_processes=plan.num_devices,
+            engine=plan.engine,
+            rendezvous=node.rendezvous,
+            watchdog=node.follower_watchdog,
+        )
+    except NodeLost as stopped:
+        logger.info("job %s: node %d stops: %s", job_id, node.seat.node_rank, stopped)
+        return
+    except Exception as exc:
+        logger.exception("job %s: node %d failed", job_id, node.seat.node_rank)
+        node.report(FAILED, describe_failure(exc))
+        return
+    node.report(FINISHED)
+
+
 def _train(
-    job_id: str, settings: Settings, resume_from: Checkpoint | None, watcher: JobWatcher
+    job_id: str,
+    settings: Settings,
+    resume_from: Checkpoint | None,
+    watcher: JobWatcher,
+    nodes: NodeRun | None = None,
 ) -> None:
-    """Run the training and set the final status (unless someone else ended the job)."""
+    """Run the training and set the final status (unless someone else ended the job).
+
+    With ``nodes``, this is node 0 of a job over several machines: a lost node sends the job
+    back to the queue instead of failing it."""
     try:
         store = artifact_store(settings)
         plan = _plan(job_id, settings, store, resume_from)
@@ -427,19 +495,17 @@ def _train(
             observer.sandbox = environment
             # The training runs in processes of its own (each rank with its own sandbox);
             # this process records what rank 0 reports and decides when to stop.
-            outcome = run_grpo_in_processes(
-                _rank_job(plan),
-                observer,
-                environment,
-                num_processes=plan.num_devices,
-                engine=plan.engine,
-            )
+            outcome = _run_processes(plan, observer, environment, nodes)
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
             # The run's own error is the one to report; what was queued is still stored.
             observer.close(raise_failure=False)
             raise
         observer.close()
+    except NodeLost as lost:
+        assert nodes is not None
+        nodes.requeue(lost)
+        return
     except Exception as exc:
         logger.exception("job %s failed", job_id)
         _finish(job_id, JobStatus.FAILED, reason=describe_failure(exc), adapter=None)
@@ -454,6 +520,35 @@ def _train(
         else:
             _finish(job_id, JobStatus.SUCCEEDED, reason=None, adapter=adapter)
     # Otherwise someone else ended or paused the job: their status stands.
+
+
+def _run_processes(
+    plan: JobPlan,
+    observer: DatabaseObserver,
+    environment: EnvironmentRecorder,
+    nodes: NodeRun | None,
+) -> TrainingOutcome:
+    if nodes is None:
+        return run_grpo_in_processes(
+            _rank_job(plan),
+            observer,
+            environment,
+            num_processes=plan.num_devices,
+            engine=plan.engine,
+        )
+    try:
+        return run_grpo_in_processes(
+            _rank_job(plan),
+            observer,
+            environment,
+            num_processes=plan.num_devices,
+            engine=plan.engine,
+            rendezvous=nodes.rendezvous,
+            watchdog=nodes.coordinator_watchdog,
+        )
+    except TrainingProcessError as failure:
+        # Our ranks fail too when another node's go: its story is the one to tell.
+        raise nodes.settle(failure) from failure
 
 
 def _check_capacity(num_devices: int, worker_devices: int) -> None:

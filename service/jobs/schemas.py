@@ -27,9 +27,12 @@ MAX_SOURCE_BYTES = 200_000
 
 
 MAX_DEVICES_PER_JOB = 64
+MAX_NODES_PER_JOB = 64
 # How a job's ranks share the training (README, "One job on several processes").
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
+# Engines that run only on CUDA GPUs (FACTS: FSDP on CPU silently trains as plain DDP).
+CUDA_ONLY_ENGINES = frozenset({"fsdp"})
 
 
 # How a function runs, stored with each config version beside its weight: changing them gives
@@ -269,8 +272,10 @@ class JobCreate(RewardFunctionsInput):
     num_nodes: int = Field(
         1,
         ge=1,
-        description="Machines the job spans. Only 1 for now: several machines are not "
-        "supported yet.",
+        le=MAX_NODES_PER_JOB,
+        description="Machines the job spans: it is placed on this many workers at once "
+        "(one per machine, each giving it num_devices devices; world size num_nodes x "
+        "num_devices), or waits. Losing any of them resumes the job from its last checkpoint.",
     )
     engine: TrainingEngine = Field(
         "ddp",
@@ -337,6 +342,7 @@ class Job(BaseModel):
     validation_dataset_id: str | None = None
     validation_split: float | None = None
     num_devices: int = 1
+    num_nodes: int = 1
     engine: str = "ddp"
     created_at: datetime
     started_at: datetime | None

@@ -19,7 +19,7 @@ from service.db import after_commit
 from service.errors import BadRequest, Conflict, NotFound
 from service.jobs import step_json
 from service.jobs.repository import FunctionRecord, JobRepository
-from service.jobs.schemas import AVAILABLE_ENGINES, JobCreate
+from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.status import JobStatus, ensure_transition
 from service.models import (
     Completion,
@@ -39,7 +39,7 @@ from service.reward_functions.service import (
 from service.secrets import seal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
-from workers.queue import enqueue_training, largest_live_capacity
+from workers.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ def create_job(
         validation_dataset_id=payload.validation_dataset_id,
         validation_split=payload.validation_split,
         num_devices=payload.num_devices,
+        num_nodes=payload.num_nodes,
         engine=payload.engine,
         idempotency_key=idempotency_key,
     )
@@ -127,8 +128,8 @@ def create_job(
         repository.add_event(job.id, "warning", warning)
     if devices_warning:
         repository.add_event(job.id, "warning", devices_warning)
-    job_id, num_devices = job.id, job.num_devices
-    after_commit(session, lambda: enqueue_training(job_id, num_devices))
+    job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
+    after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
     return job
 
 
@@ -210,35 +211,47 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
 
 
 def _check_devices(payload: JobCreate) -> str | None:
-    """Refuse what no running worker could hold (a job is never shrunk to fit); a warning
-    when no worker says what it holds, so the job waits in its queue for one that can."""
-    if payload.num_nodes != 1:
-        raise BadRequest(
-            f"num_nodes={payload.num_nodes}: several machines are not supported yet; a job "
-            "runs on the devices of one worker (num_devices)"
-        )
+    """Refuse what no set of running workers could hold (a job is never shrunk to fit); a
+    warning when no worker says what it holds, so the job waits in its queue for one that can.
+    """
     if payload.engine not in AVAILABLE_ENGINES:
         raise BadRequest(
-            f"engine {payload.engine!r} is not available yet; use 'ddp' (available: "
+            f"engine {payload.engine!r} is not available yet (available: "
             f"{', '.join(sorted(AVAILABLE_ENGINES))})"
         )
+    needs_cuda = payload.engine in CUDA_ONLY_ENGINES
     redis_url = get_settings().redis_url
-    if payload.num_devices == 1 or not redis_url:
+    if (payload.num_devices == 1 and payload.num_nodes == 1 and not needs_cuda) or not redis_url:
         return None
     try:
-        largest = largest_live_capacity(redis_url)
+        workers = live_workers(redis_url)
     except RedisError as exc:
         logger.warning("could not read the workers' device counts: %s", exc)
-        return None  # the queue decides; the job waits for a worker that can hold it
-    if largest is None:
+        return None  # the queue decides; the job waits for workers that can hold it
+    if not workers:
         return (
-            f"no running worker says what it holds: the job waits for a worker with "
-            f"{payload.num_devices} devices (RFT_WORKER_DEVICES)"
+            f"no running worker says what it holds: the job waits for {payload.num_nodes} "
+            f"worker(s) with {payload.num_devices} devices (RFT_WORKER_DEVICES)"
         )
+    if needs_cuda:
+        workers = [worker for worker in workers if worker.accelerator == "cuda"]
+        if not workers:
+            raise BadRequest(
+                f"engine {payload.engine!r} needs CUDA GPUs, and no running worker has any "
+                "(on CPU it would silently train as plain DDP); use 'ddp' or a DeepSpeed engine"
+            )
+    largest = max(worker.devices for worker in workers)
     if payload.num_devices > largest:
         raise BadRequest(
             f"num_devices={payload.num_devices}: no worker can hold this job; the largest "
             f"a running worker offers is {largest} (RFT_WORKER_DEVICES)"
+        )
+    able = sum(1 for worker in workers if worker.devices >= payload.num_devices)
+    if payload.num_nodes > able:
+        raise BadRequest(
+            f"num_nodes={payload.num_nodes}: the job needs {payload.num_nodes} workers with "
+            f"{payload.num_devices} devices each at once; {able} running worker(s) can give "
+            f"that (one worker per machine, RFT_WORKER_DEVICES)"
         )
     return None
 
@@ -264,8 +277,8 @@ def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
             "saving a checkpoint. Retry in a few seconds."
         )
     transition(session, job, JobStatus.QUEUED)
-    job_id, num_devices = job.id, job.num_devices
-    after_commit(session, lambda: enqueue_training(job_id, num_devices))
+    job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
+    after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
     return job
 
 

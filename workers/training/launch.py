@@ -36,6 +36,7 @@ from workers.training.engines import (
     ACCELERATE_CONFIG,
     ACCELERATE_ENGINES,
     EngineUnavailable,
+    Rendezvous,
     accelerate_config,
     check_engine_available,
 )
@@ -57,6 +58,15 @@ _OBSERVER_CALLS = frozenset(
 
 class TrainingProcessError(RuntimeError):
     """The training processes failed; the message is the job's failure reason."""
+
+
+# Called twice a second while a job's processes run: raises (NodeLost, or
+# TrainingProcessError) when they must stop now, e.g. a node of the job was lost.
+Watchdog = Callable[[], None]
+
+
+class NodeLost(RuntimeError):
+    """A job over several machines lost one of them (or was taken from this one)."""
 
 
 class EnvironmentRecorder:
@@ -120,13 +130,20 @@ def _take_spare() -> subprocess.Popen[bytes]:
     return spare
 
 
-def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subprocess.Popen[bytes]:
+def _launch(
+    job_dir: Path, num_processes: int, engine: str = "ddp", rendezvous: Rendezvous | None = None
+) -> subprocess.Popen[bytes]:
+    """Start this machine's ``num_processes`` ranks; with a rendezvous, this machine's part of
+    a job over several (every machine's launcher meets at node 0's address and port)."""
     if engine in ACCELERATE_ENGINES:
         config = job_dir / ACCELERATE_CONFIG
-        config.write_text(accelerate_config(engine, num_processes))
+        nodes = rendezvous.num_nodes if rendezvous is not None else 1
+        config.write_text(accelerate_config(engine, num_processes * nodes, rendezvous))
+        # One machine: a free port per job; several: node 0's port, in the config.
+        port = ["--main_process_port", "0"] if rendezvous is None else []
         accelerate = [
             sys.executable, "-m", "accelerate.commands.launch",
-            "--config_file", str(config), "--main_process_port", "0",  # a free port per job
+            "--config_file", str(config), *port,
             "-m", RANK_MODULE, str(job_dir),
         ]  # fmt: skip
         # DeepSpeed JIT-builds its CPU communication op on first use (minutes): built once
@@ -134,7 +151,7 @@ def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subproces
         env = dict(os.environ)
         env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
         return _start_rank_process("--exec", "--", *accelerate, env=env)
-    if num_processes == 1:
+    if num_processes == 1 and rendezvous is None:
         spare = _take_spare()
         stdin = cast(IO[bytes], spare.stdin)
         stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
@@ -142,9 +159,18 @@ def _launch(job_dir: Path, num_processes: int, engine: str = "ddp") -> subproces
         # The next spare starts once this job has recorded its first step (_serve): its
         # imports take seconds of CPU, which the job's start would otherwise share.
         return spare
+    if rendezvous is None:
+        placement = ["--standalone"]  # a free rendezvous port per job
+    else:
+        placement = [
+            f"--nnodes={rendezvous.num_nodes}",
+            f"--node_rank={rendezvous.node_rank}",
+            f"--master_addr={rendezvous.master_addr}",
+            f"--master_port={rendezvous.master_port}",
+        ]
     torchrun = [
         sys.executable, "-m", "torch.distributed.run",
-        "--standalone", f"--nproc_per_node={num_processes}",
+        *placement, f"--nproc_per_node={num_processes}",
         "-m", RANK_MODULE, str(job_dir),
     ]  # fmt: skip
     # --exec arms PR_SET_PDEATHSIG in the launcher itself, then becomes torchrun.
@@ -172,26 +198,28 @@ def run_grpo_in_processes(
     *,
     num_processes: int = 1,
     engine: str = "ddp",
+    rendezvous: Rendezvous | None = None,
+    watchdog: Watchdog | None = None,
 ) -> TrainingOutcome:
     """Train ``job`` on ``num_processes`` processes; the TrainingOutcome of rank 0.
 
-    ``environment`` is what the observer stages new secrets on (its ``sandbox``).
+    ``environment`` is what the observer stages new secrets on (its ``sandbox``). With a
+    ``rendezvous`` these are node 0's processes (rank 0 among them) of a job over several
+    machines. ``watchdog`` is called twice a second; what it raises (a lost node) ends the run,
+    every process here stopped first.
     Raises TrainingProcessError when the processes fail, and whatever the observer raises.
     """
-    try:
-        check_engine_available(engine)
-    except EngineUnavailable as exc:
-        raise TrainingProcessError(str(exc)) from None
-    one_spare = num_processes == 1 and engine == "ddp"
+    _check_engine(engine)
+    one_spare = num_processes == 1 and engine == "ddp" and rendezvous is None
     with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:  # 0700: ours alone
         job_dir = Path(folder)
         (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(job_dir / WORKER_SOCKET))
         listener.listen(1)
-        launcher = _launch(job_dir, num_processes, engine)
+        launcher = _launch(job_dir, num_processes, engine, rendezvous)
         try:
-            connection = _accept(listener, launcher)
+            connection = _accept(listener, launcher, watchdog)
             with connection:
                 return _serve(
                     connection,
@@ -200,6 +228,7 @@ def run_grpo_in_processes(
                     environment,
                     job_dir,
                     after_first_step=_start_spare_here if one_spare else None,
+                    watchdog=watchdog,
                 )
         finally:
             listener.close()
@@ -215,12 +244,56 @@ def _start_spare_here() -> None:
         start_spare()
 
 
-def _accept(listener: socket.socket, launcher: subprocess.Popen[bytes]) -> Connection:
+def run_node_processes(
+    job: RankJob,
+    *,
+    num_processes: int,
+    engine: str,
+    rendezvous: Rendezvous,
+    watchdog: Watchdog,
+) -> None:
+    """This machine's part of a job over several (node 1 and up): start its ranks, which meet
+    node 0's, and wait for them. Rank 0 runs on node 0 and its worker records everything;
+    here only the processes' end matters. Returns when they all exited cleanly; raises what
+    ``watchdog`` raises (processes stopped first), and TrainingProcessError when they fail.
+    """
+    _check_engine(engine)
+    with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:
+        job_dir = Path(folder)
+        (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
+        launcher = _launch(job_dir, num_processes, engine, rendezvous)
+        try:
+            while launcher.poll() is None:
+                _check_watchdog(watchdog)
+                time.sleep(0.5)
+            logger.info("this node's training processes exited (code %s)", launcher.returncode)
+            if launcher.returncode != 0:
+                raise _exited(launcher, job_dir)
+        finally:
+            stop_process_group(launcher)
+
+
+def _check_watchdog(watchdog: Watchdog | None) -> None:
+    if watchdog is not None:
+        watchdog()
+
+
+def _check_engine(engine: str) -> None:
+    try:
+        check_engine_available(engine)
+    except EngineUnavailable as exc:
+        raise TrainingProcessError(str(exc)) from None
+
+
+def _accept(
+    listener: socket.socket, launcher: subprocess.Popen[bytes], watchdog: Watchdog | None = None
+) -> Connection:
     listener.settimeout(0.5)
     while True:
         try:
             client, _ = listener.accept()
         except TimeoutError:
+            _check_watchdog(watchdog)
             if launcher.poll() is not None:
                 raise TrainingProcessError(
                     f"the training processes exited (code {launcher.returncode}) before "
@@ -238,9 +311,11 @@ def _serve(
     environment: EnvironmentRecorder,
     job_dir: Path,
     after_first_step: Callable[[], None] | None = None,
+    watchdog: Watchdog | None = None,
 ) -> TrainingOutcome:
     while True:
         if not connection.poll(0.5):
+            _check_watchdog(watchdog)
             if launcher.poll() is not None:
                 raise _exited(launcher, job_dir)
             continue

@@ -170,8 +170,9 @@ class Job(BaseModel):
     # Where validation prompts come from (None, None: no evaluation).
     validation_dataset_id: str | None = None
     validation_split: float | None = None
-    # What it trains on: this many devices of one worker, under this engine ('ddp', ...).
+    # What it trains on: this many devices on each of num_nodes workers, under this engine.
     num_devices: int = 1
+    num_nodes: int = 1
     engine: str = "ddp"
     created_at: datetime
     started_at: datetime | None

@@ -75,6 +75,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "runtime_packages",
         "secrets_from_env",
         "num_devices",
+        "num_nodes",
         "engine",
     }
     unknown = set(spec) - known
@@ -102,8 +103,8 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "runtime_packages": [str(p) for p in spec.get("runtime_packages") or []],
         "secrets": _secrets_from_env(spec.get("secrets_from_env") or [], str(path)),
     }
-    # Devices and engine: the server's defaults (1, 'ddp') unless the file names them.
-    for key in ("num_devices", "engine"):
+    # Devices, nodes and engine: the server's defaults (1, 1, 'ddp') unless the file names them.
+    for key in ("num_devices", "num_nodes", "engine"):
         if spec.get(key) is not None:
             job[key] = spec[key]
     if spec.get("dataset_id"):

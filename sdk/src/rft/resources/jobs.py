@@ -68,6 +68,7 @@ def _create_request(
     validation_dataset: str | Dataset | None = None,
     validation_split: float | None = None,
     num_devices: int | None = None,
+    num_nodes: int | None = None,
     engine: str | None = None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
@@ -92,6 +93,8 @@ def _create_request(
         body["validation_split"] = validation_split
     if num_devices is not None:
         body["num_devices"] = num_devices
+    if num_nodes is not None:
+        body["num_nodes"] = num_nodes
     if engine is not None:
         body["engine"] = engine
     if reward_module is not None:
@@ -275,6 +278,7 @@ class Jobs:
         validation_dataset: str | Dataset | None = None,
         validation_split: float | None = None,
         num_devices: int | None = None,
+        num_nodes: int | None = None,
         engine: str | None = None,
     ) -> Job:
         """Start a GRPO job.
@@ -291,8 +295,9 @@ class Jobs:
         out) gives prompts the adapter is scored on every ``eval_every`` steps and at the end
         (:meth:`evals`). ``num_devices`` (default 1) trains on that many devices of one
         worker, ``engine`` says how ('ddp', the default; 'deepspeed_zero2', 'deepspeed_zero3',
-        or 'fsdp' on GPU workers: README, "Several GPUs in one job"); None: the server's
-        default.
+        or 'fsdp' on GPU workers: README, "Several GPUs in one job"); ``num_nodes`` (default
+        1) spreads the job over that many workers (machines), ``num_devices`` on each; None:
+        the server's default.
         """
         options = _create_request(
             dataset=dataset,
@@ -308,6 +313,7 @@ class Jobs:
             validation_dataset=validation_dataset,
             validation_split=validation_split,
             num_devices=num_devices,
+            num_nodes=num_nodes,
             engine=engine,
         )
         return Job.model_validate(self._transport.request(options).json())
@@ -628,6 +634,7 @@ class AsyncJobs:
         validation_dataset: str | Dataset | None = None,
         validation_split: float | None = None,
         num_devices: int | None = None,
+        num_nodes: int | None = None,
         engine: str | None = None,
     ) -> Job:
         options = _create_request(
@@ -644,6 +651,7 @@ class AsyncJobs:
             validation_dataset=validation_dataset,
             validation_split=validation_split,
             num_devices=num_devices,
+            num_nodes=num_nodes,
             engine=engine,
         )
         return Job.model_validate((await self._transport.request(options)).json())

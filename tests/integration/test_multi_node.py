@@ -1,0 +1,232 @@
+"""One job over two machines, emulated by two worker processes on this one.
+
+Each worker can give a job 1 device (RFT_WORKER_DEVICES=1); the jobs here ask for 2 nodes of
+1 device each, so they must be placed on both workers at once: two launchers (torchrun
+--nnodes 2), one per worker, meeting at node 0's address. Node 0's worker records the run;
+losing the other worker sends the job back to the queue, and it resumes from its checkpoint.
+A job that cannot be placed whole waits, says so, and is placed once both workers are free.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+from tests.integration.helpers import all_pages, create_job, wait_for, wait_until
+from tests.integration.test_multi_rank import (
+    NEEDS_DEEPSPEED,
+    NUM_GENERATIONS,
+    PROMPTS_PER_STEP,
+    job_request,
+    rank_pids,
+    training_processes,
+    wait_gone,
+)
+from workers.queue import live_workers
+
+pytestmark = pytest.mark.integration
+
+NODES = 2
+PLACEMENT_TIMEOUT_S = 8
+
+
+@pytest.fixture(scope="module")
+def nodes_stack() -> Iterator[LocalStack]:
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-multi-node-"))
+    with LocalStack(
+        state_dir,
+        workers=NODES,
+        extra_env={
+            "RFT_WORKER_DEVICES": "1",
+            "RFT_WORKER_ADDRESS": "127.0.0.1",
+            "RFT_WORKER_LEASE_S": "6",
+            "RFT_PLACEMENT_TIMEOUT_S": str(PLACEMENT_TIMEOUT_S),
+            "OMP_NUM_THREADS": "1",
+        },
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+def nodes_client(nodes_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(nodes_stack) as http:
+        yield http
+
+
+def start_two_node_job(client: httpx.Client, *, train_steps: int, checkpoint_every: int) -> str:
+    request = job_request(
+        client, train_steps=train_steps, checkpoint_every=checkpoint_every, num_devices=1
+    )
+    return str(create_job(client, {**request, "num_nodes": NODES})["id"])
+
+
+def events(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return all_pages(client, f"/v1/jobs/{job_id}/events/history")
+
+
+def every_training_process(stack: LocalStack) -> list[int]:
+    return [pid for worker in stack.workers for pid in training_processes(worker.pid)]
+
+
+def test_more_nodes_than_live_workers_is_refused(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    wait_for_adverts(nodes_stack)
+    request = job_request(nodes_client, train_steps=2, num_devices=1)
+    response = nodes_client.post("/v1/jobs", json={**request, "num_nodes": NODES + 1})
+    assert response.status_code == 400
+    assert f"num_nodes={NODES + 1}" in response.text
+    assert f"{NODES} running worker(s)" in response.text
+
+
+def wait_for_adverts(stack: LocalStack, timeout_s: float = 120) -> None:
+    assert stack.redis_url
+    deadline = time.monotonic() + timeout_s
+    while len(live_workers(stack.redis_url)) < NODES:
+        assert time.monotonic() < deadline, "the workers never advertised their devices"
+        time.sleep(0.2)
+
+
+def test_a_two_node_job_runs_on_both_workers_and_records_each_completion_once(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    train_steps = 3
+    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=2)
+    job = wait_for(nodes_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert (job["num_nodes"], job["num_devices"]) == (NODES, 1)
+
+    placed = [e for e in events(nodes_client, job_id) if e["kind"] == "placed"]
+    assert len(placed) == 1
+    workers = placed[0]["data"]["workers"]
+    assert len(set(workers)) == NODES  # two different workers, one node each
+    assert {worker.split(":")[1] for worker in workers} == {
+        str(worker.pid) for worker in nodes_stack.workers
+    }
+
+    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    completions = all_pages(nodes_client, f"/v1/jobs/{job_id}/completions")
+    per_step: dict[int, list[tuple[int, int]]] = {}
+    for row in completions:
+        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
+    expected = sorted((p, g) for p in range(PROMPTS_PER_STEP) for g in range(NUM_GENERATIONS))
+    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
+        step: expected for step in range(1, train_steps + 1)
+    }
+    # Each node's rank scored its half in its own sandbox; node 0 recorded both.
+    for step in range(1, train_steps + 1):
+        output = nodes_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()["data"][
+            0
+        ]["output"]
+        assert "[rank 0]" in output and "[rank 1]" in output
+    # Rank 0 ran under one worker, rank 1 under the other (each worker's log says so).
+    logs = {
+        path.name: path.read_text(errors="replace")
+        for path in nodes_stack.log_dir.glob("worker*.log")
+    }
+    rank_0 = [name for name, log in logs.items() if "rank 0 of 2" in log]
+    rank_1 = [name for name, log in logs.items() if "rank 1 of 2" in log]
+    assert len(rank_0) == len(rank_1) == 1 and rank_0 != rank_1
+    wait_gone(every_training_process(nodes_stack))
+
+
+@NEEDS_DEEPSPEED
+def test_a_two_node_deepspeed_job_meets_through_accelerate(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    request = job_request(nodes_client, train_steps=2, checkpoint_every=2, num_devices=1)
+    request = {**request, "num_nodes": NODES, "engine": "deepspeed_zero2"}
+    job_id = str(create_job(nodes_client, request)["id"])
+    job = wait_for(nodes_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == [1, 2]
+    logs = "".join(
+        path.read_text(errors="replace") for path in nodes_stack.log_dir.glob("worker*.log")
+    )
+    # accelerate launch on each worker, one machine each, the ranks under DeepSpeed.
+    assert "rank 0 of 2, engine: deepspeed ZeRO-2" in logs
+    assert "rank 1 of 2, engine: deepspeed ZeRO-2" in logs
+    wait_gone(every_training_process(nodes_stack))
+
+
+def test_cancel_stops_the_ranks_of_every_node(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    job_id = start_two_node_job(nodes_client, train_steps=200, checkpoint_every=100)
+    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    launched = every_training_process(nodes_stack)
+    ranks = [rank_pids(worker.pid) for worker in nodes_stack.workers]
+    assert sorted(rank for found in ranks for rank in found) == [0, 1]
+    assert nodes_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    job = wait_for(nodes_client, job_id, timeout_s=300)
+    assert job["status"] == "cancelled"
+    wait_gone(launched)
+
+
+def test_losing_a_node_resumes_the_job_from_its_last_checkpoint(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    train_steps = 8
+    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=2)
+    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 3, timeout_s=600)
+    # The worker running rank 1 is node 1: kill it, as a lost machine.
+    node_1 = next(worker for worker in nodes_stack.workers if 1 in rank_pids(worker.pid))
+    launched = every_training_process(nodes_stack)
+    nodes_stack.kill_worker(node_1)
+    # Node 1's ranks die with their worker; node 0 sees the node lost and stops its own.
+    wait_gone(launched)
+    wait_until(
+        nodes_client,
+        job_id,
+        lambda job: any(e["kind"] == "node_lost" for e in events(nodes_client, job_id)),
+        timeout_s=300,
+    )
+    nodes_stack.start_worker()  # a replacement machine: the job is placed on two again
+    job = wait_for(nodes_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    kinds = [e["kind"] for e in events(nodes_client, job_id)]
+    assert kinds.count("placed") == 2
+    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
+    assert resumed and resumed[-1]["data"]["checkpoint_step"] >= 2
+    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    wait_gone(every_training_process(nodes_stack))
+
+
+def test_a_job_is_placed_on_all_its_nodes_or_waits_and_says_why(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    # One worker is busy with a long one-device job: only one node is free.
+    busy = start_job_on_one_device(nodes_client)
+    wait_until(nodes_client, busy, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    job_id = start_two_node_job(nodes_client, train_steps=2, checkpoint_every=2)
+    wait_until(
+        nodes_client,
+        job_id,
+        lambda job: any(e["kind"] == "placement_timeout" for e in events(nodes_client, job_id)),
+        timeout_s=PLACEMENT_TIMEOUT_S * 10,
+    )
+    timeout = next(e for e in events(nodes_client, job_id) if e["kind"] == "placement_timeout")
+    assert "only 1 of 2 workers" in timeout["message"]
+    job = nodes_client.get(f"/v1/jobs/{job_id}").json()
+    assert (job["status"], job["steps_completed"]) == ("queued", 0)  # nothing ran on half
+    # The busy worker frees up: now both nodes are placed and the job runs.
+    assert nodes_client.post(f"/v1/jobs/{busy}/cancel").status_code == 200
+    job = wait_for(nodes_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert any(e["kind"] == "placed" for e in events(nodes_client, job_id))
+
+
+def start_job_on_one_device(client: httpx.Client) -> str:
+    request = job_request(client, train_steps=200, checkpoint_every=100, num_devices=1)
+    return str(create_job(client, request)["id"])
