@@ -155,6 +155,17 @@ def _worker(_: argparse.Namespace) -> int:
     settings = get_settings()
     settings.require_database_url()
     settings.require_redis_url()
+    from workers.training.engines import cuda_device_count
+
+    gpus = cuda_device_count()
+    if gpus and settings.resolved_worker_devices > gpus:
+        # It would take jobs it cannot hold (their ranks would share or miss GPUs).
+        print(
+            f"RFT_WORKER_DEVICES={settings.resolved_worker_devices}, but this worker sees "
+            f"{gpus} GPU(s) (CUDA_VISIBLE_DEVICES): give it at most {gpus}",
+            file=sys.stderr,
+        )
+        return 2
     from workers.celery_app import celery_app
 
     celery_app.worker_main(

@@ -3,6 +3,7 @@ and the engines a worker refuses before starting anything."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -105,3 +106,21 @@ def test_cuda_devices_are_counted_from_the_driver_narrowed_by_cuda_visible_devic
 def test_engines_the_worker_cannot_launch_are_refused() -> None:
     with pytest.raises(EngineUnavailable, match="'horovod' is not available"):
         check_engine_available("horovod")
+
+
+def test_a_worker_offering_more_gpus_than_it_sees_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service import cli
+    from service.settings import get_settings
+
+    monkeypatch.setenv("RFT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("RFT_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("RFT_WORKER_DEVICES", "4")
+    monkeypatch.setattr(engines, "cuda_device_count", lambda: 2)
+    get_settings.cache_clear()
+    try:
+        assert cli._worker(argparse.Namespace()) == 2
+    finally:
+        get_settings.cache_clear()
+    assert "RFT_WORKER_DEVICES=4, but this worker sees 2 GPU(s)" in capsys.readouterr().err
