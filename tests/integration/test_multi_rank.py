@@ -321,6 +321,9 @@ def test_device_requests_no_worker_can_hold_are_refused(
     wait_for_worker_capacity(ranks_stack)
     request = {**job_request(ranks_client, train_steps=2), **change}
     response = ranks_client.post("/v1/jobs", json=request)
+    if response.is_success:
+        # Accepted after all: it must not hold the stack's one worker for the later tests.
+        ranks_client.post(f"/v1/jobs/{response.json()['id']}/cancel")
     assert response.status_code == status, response.text
     assert named in response.text
 
@@ -370,13 +373,20 @@ def assert_every_completion_once(client: httpx.Client, job_id: str, train_steps:
 # Scores a validation sample by its row's value: the set's mean is known exactly, and a row
 # scored twice (each rank evaluating everything) or not at all (one rank's share) moves it.
 ROW_VALUE = "def row_value(prompt, completion, example):\n    return float(example['value'])\n"
-# Three rows over two ranks: shares of one and two rows.
-VALIDATION_VALUES = (1.0, 2.0, 6.0)
 
 
-@pytest.mark.parametrize("engine", ["ddp", pytest.param("deepspeed_zero3", marks=NEEDS_DEEPSPEED)])
+@pytest.mark.parametrize(
+    ("engine", "values"),
+    [
+        # Three rows over two ranks: shares of one and two rows, merged.
+        ("ddp", (1.0, 2.0, 6.0)),
+        # One row: rank 0 has none, yet must help gather ZeRO-3's weights; rank 1 then
+        # generates alone (transformers would keep it in step with rank 0, which never comes).
+        pytest.param("deepspeed_zero3", (5.0,), marks=NEEDS_DEEPSPEED),
+    ],
+)
 def test_a_two_rank_job_evaluates_the_whole_validation_set_once(
-    ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
+    ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str, values: tuple[float, ...]
 ) -> None:
     """Each rank generates for its share of the validation prompts and scores it in its own
     sandbox; the stored evaluation covers every row once, as on one device (tests/integration/
@@ -391,20 +401,21 @@ def test_a_two_rank_job_evaluates_the_whole_validation_set_once(
         ranks_client,
         [
             {"prompt": f"Spell {word}:", "value": value}
-            for word, value in zip(("cat", "dog", "emu"), VALIDATION_VALUES, strict=True)
+            for word, value in zip(("cat", "dog", "emu"), values, strict=False)
         ],
     )
     request["engine"] = engine
     request["reward_functions"]["row_value"] = {"source": ROW_VALUE}
     request["hyperparameters"]["eval_every"] = 2
-    evaluated_before = worker_logs(ranks_stack).count("samples on 2 rank(s)")
+    evaluated = f"over {len(values)} samples on {RANKS} rank(s)"
+    evaluated_before = worker_logs(ranks_stack).count(evaluated)
     job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=1200)
     assert job["status"] == "succeeded", job.get("failure_reason")
     assert (job["num_devices"], job["engine"]) == (RANKS, engine)
 
     evals = ranks_client.get(f"/v1/jobs/{job['id']}/evals").json()["data"]
     assert [e["step"] for e in evals] == [2, train_steps]
-    rows = len(VALIDATION_VALUES)
+    rows = len(values)
     for evaluation in evals:
         # Greedy: one completion per prompt; every row once, not once per rank nor a share.
         assert (evaluation["prompts"], evaluation["samples"]) == (rows, rows)
@@ -412,12 +423,12 @@ def test_a_two_rank_job_evaluates_the_whole_validation_set_once(
         assert sorted(functions) == ["counting", "row_value"]
         for metrics in functions.values():
             assert (metrics["scored"], metrics["errors"]) == (rows, 0)
-        assert functions["row_value"]["mean"] == pytest.approx(statistics.fmean(VALIDATION_VALUES))
+        assert functions["row_value"]["mean"] == pytest.approx(statistics.fmean(values))
         assert evaluation["reward_mean"] == pytest.approx(
             functions["row_value"]["mean"] + functions["counting"]["mean"]
         )
     # Both evaluations ran on the job's two ranks (rank 0 logs each).
-    assert worker_logs(ranks_stack).count("samples on 2 rank(s)") - evaluated_before == len(evals)
+    assert worker_logs(ranks_stack).count(evaluated) - evaluated_before == len(evals)
     assert_every_completion_once(ranks_client, job["id"], train_steps)
 
 

@@ -246,6 +246,11 @@ class Evaluator:
                         num_return_sequences=settings.completions_per_prompt,
                         pad_token_id=pad_id,
                         use_cache=True,
+                        # transformers syncs ranks at every token under ZeRO-3 (and FSDP): here
+                        # ZeRO-3's weights are already whole, and ranks with different shares
+                        # make different calls, so a rank would wait on one that has finished.
+                        # FSDP keeps the lockstep it needs (the filler calls above).
+                        synced_gpus=None if _is_fsdp(trainer) else False,
                     )
                     if index >= real:
                         continue  # a filler: kept this rank in step with the others
