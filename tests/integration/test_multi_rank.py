@@ -303,7 +303,7 @@ def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
     ("change", "status", "named"),
     [
         ({"num_devices": RANKS + 1}, 400, f"the largest a running worker offers is {RANKS}"),
-        ({"num_nodes": 2}, 400, "several machines are not supported yet"),
+        ({"num_nodes": 2}, 400, "num_nodes=2: the job needs 2 workers with 2 devices each"),
         # CPU-only workers here; on CPU FSDP would silently train as plain DDP (FACTS).
         ({"engine": "fsdp"}, 400, "needs CUDA GPUs"),
         ({"engine": "horovod"}, 422, "engine"),
