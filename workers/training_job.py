@@ -528,14 +528,6 @@ def _run_processes(
     environment: EnvironmentRecorder,
     nodes: NodeRun | None,
 ) -> TrainingOutcome:
-    if nodes is None:
-        return run_grpo_in_processes(
-            _rank_job(plan),
-            observer,
-            environment,
-            num_processes=plan.num_devices,
-            engine=plan.engine,
-        )
     try:
         return run_grpo_in_processes(
             _rank_job(plan),
@@ -543,10 +535,12 @@ def _run_processes(
             environment,
             num_processes=plan.num_devices,
             engine=plan.engine,
-            rendezvous=nodes.rendezvous,
-            watchdog=nodes.coordinator_watchdog,
+            rendezvous=nodes.rendezvous if nodes is not None else None,
+            watchdog=nodes.coordinator_watchdog if nodes is not None else None,
         )
     except TrainingProcessError as failure:
+        if nodes is None:
+            raise
         # Our ranks fail too when another node's go: its story is the one to tell.
         raise nodes.settle(failure) from failure
 
