@@ -275,6 +275,7 @@ def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
     ranks_stack: LocalStack, ranks_client: httpx.Client
 ) -> None:
     worker = ranks_stack.workers[0].pid
+    wait_for_worker_capacity(ranks_stack)  # ready, so its spare has started
     waiting = list(training_processes(worker, spares=True))
     assert len(waiting) == 1  # the spare, started with the worker
     job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100, num_devices=1)
