@@ -1,9 +1,10 @@
-"""Time per step of one job on 1 process and on 2 (torchrun, DDP over gloo on CPU), same
+"""Time per step of one job on 1 process, on 2 (torchrun, DDP over gloo on CPU) and on 2
+emulated machines of 1 process each (num_nodes=2: two workers, torchrun --nnodes 2), same
 global batch (prompts_per_step x num_generations completions per step), through the API.
 
-A LocalStack per process count (RFT_WORKER_DEVICES), one job asking for that many devices
-(num_devices) each; the step rows' duration_s (generation, scoring, backward, recording)
-are compared, the first step left out.
+A LocalStack per layout (RFT_WORKER_DEVICES, one worker per node), one job asking for that
+many devices (num_devices, num_nodes) each; the step rows' duration_s (generation, scoring,
+backward, recording) are compared, the first step left out.
 On a 2-core machine 2 ranks cannot be faster: this measures what splitting costs.
 
 Run: python bench/bench_multi_rank.py [--steps 8]
@@ -32,10 +33,14 @@ REWARD = (
 )
 
 
-def run(processes: int, steps: int) -> tuple[list[float], float]:
-    work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{processes}-"))
-    env = {"RFT_WORKER_DEVICES": str(processes), "OMP_NUM_THREADS": "1"}
-    with LocalStack(work / "stack", workers=1, extra_env=env) as stack:
+def run(processes: int, steps: int, nodes: int = 1) -> tuple[list[float], float]:
+    work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{nodes}x{processes}-"))
+    env = {
+        "RFT_WORKER_DEVICES": str(processes),
+        "RFT_WORKER_ADDRESS": "127.0.0.1",
+        "OMP_NUM_THREADS": "1",
+    }
+    with LocalStack(work / "stack", workers=nodes, extra_env=env) as stack:
         assert stack.database_url
         use_database(stack.database_url)
         _, key = create_tenant_key()
@@ -49,6 +54,7 @@ def run(processes: int, steps: int) -> tuple[list[float], float]:
                 json={
                     "dataset_id": dataset,
                     "num_devices": processes,
+                    "num_nodes": nodes,
                     "reward_functions": {"count_a": {"source": REWARD}},
                     "hyperparameters": {
                         **TINY_HYPERPARAMETERS,
@@ -76,11 +82,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
-    for processes in (1, 2):
-        durations, total = run(processes, args.steps)
+    for nodes, processes in ((1, 1), (1, 2), (2, 1)):
+        durations, total = run(processes, args.steps, nodes)
         later = durations[1:]
         print(
-            f"{processes} process(es): median step {statistics.median(later):.3f} s "
+            f"{nodes} node(s) x {processes} process(es): "
+            f"median step {statistics.median(later):.3f} s "
             f"(min {min(later):.3f}, max {max(later):.3f}; first step {durations[0]:.3f} s); "
             f"submit -> succeeded {total:.1f} s"
         )

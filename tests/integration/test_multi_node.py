@@ -9,6 +9,8 @@ A job that cannot be placed whole waits, says so, and is placed once both worker
 
 from __future__ import annotations
 
+import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,6 +38,9 @@ pytestmark = pytest.mark.integration
 
 NODES = 2
 PLACEMENT_TIMEOUT_S = 8
+CONSTANT_REWARD = (
+    "def constant(prompts, completions, **kwargs):\n    return [0.5] * len(completions)\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +235,56 @@ def test_a_job_is_placed_on_all_its_nodes_or_waits_and_says_why(
 def start_job_on_one_device(client: httpx.Client) -> str:
     request = job_request(client, train_steps=200, checkpoint_every=100, num_devices=1)
     return str(create_job(client, request)["id"])
+
+
+def test_pause_resume_and_a_live_config_update_work_across_nodes(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    train_steps = 10
+    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
+    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
+    # A new reward config reaches the ranks of both nodes at one step boundary.
+    updated = nodes_client.put(
+        f"/v1/jobs/{job_id}/config",
+        json={"reward_functions": {"constant": {"source": CONSTANT_REWARD}}},
+        headers={"If-Match": "*"},
+    )
+    assert updated.status_code == 200, updated.text
+    applies_from = updated.json()["applies_from_step"]
+    wait_until(nodes_client, job_id, lambda job: job["applied_config_version"] == 2)
+    assert nodes_client.post(f"/v1/jobs/{job_id}/pause").status_code == 200
+    wait_until(
+        nodes_client,
+        job_id,
+        lambda job: any(e["kind"] == "paused" for e in events(nodes_client, job_id)),
+        timeout_s=300,
+    )
+    wait_gone(every_training_process(nodes_stack))  # both nodes let go
+    paused_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    assert nodes_client.post(f"/v1/jobs/{job_id}/resume").status_code == 200
+    job = wait_for(nodes_client, job_id, timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
+    assert resumed[-1]["data"]["checkpoint_step"] == paused_at
+    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    # Every step from the one promised runs on the new config, on both nodes' halves.
+    assert {s["config_version"] for s in steps if s["step"] >= applies_from} == {2}
+    assert {s["config_version"] for s in steps if s["step"] < applies_from} == {1}
+    after = [s for s in steps if s["step"] >= applies_from]
+    assert all(s["reward_mean"] == pytest.approx(0.5) for s in after)
+
+
+def test_a_rank_failing_on_another_node_fails_the_job_with_that_nodes_reason(
+    nodes_stack: LocalStack, nodes_client: httpx.Client
+) -> None:
+    job_id = start_two_node_job(nodes_client, train_steps=200, checkpoint_every=100)
+    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    launched = every_training_process(nodes_stack)
+    node_1 = next(worker for worker in nodes_stack.workers if 1 in rank_pids(worker.pid))
+    os.kill(rank_pids(node_1.pid)[1], signal.SIGKILL)  # the process, not its machine
+    job = wait_for(nodes_client, job_id, timeout_s=300)
+    assert job["status"] == "failed"
+    assert "node 1:" in job["failure_reason"], job["failure_reason"]
+    assert not any(e["kind"] == "node_lost" for e in events(nodes_client, job_id))
+    wait_gone(launched)
