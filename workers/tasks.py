@@ -42,6 +42,7 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
     _advertise_capacity(settings, sender)
     # What the first job's task imports (~0.6 s), now rather than while a job waits.
     import workers.training_job  # noqa: F401
+
     # Every worker takes 1-device jobs (queue devices-1), so every worker keeps a spare.
     if threading.current_thread() is threading.main_thread():
         from workers.training.launch import start_spare
