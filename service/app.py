@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -17,7 +19,7 @@ from service.events.endpoints import router as events_router
 from service.inference.endpoints import router as inference_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
-from service.observability import install_observability
+from service.observability import configure_logging, install_observability
 from service.openai_compat.files.endpoints import router as openai_files_router
 from service.openai_compat.fine_tuning.endpoints import router as openai_fine_tuning_router
 from service.openai_compat.graders.endpoints import router as openai_graders_router
@@ -37,6 +39,10 @@ def create_app() -> FastAPI:
         redoc_url=None,
     )
     settings = get_settings()
+    if not logging.getLogger().handlers:
+        # Served by uvicorn directly (the embedded stack, Docker's command), not through
+        # rft-server: without this our own warnings would reach the log bare or not at all.
+        configure_logging(settings.log_format)
     install_error_handlers(app)
     install_observability(app, settings)
     # Added last, so it runs first: refused input never takes a slot of RequestGate's cap,
