@@ -3,6 +3,7 @@ that the sandbox mounts read-only. The worker's own environment is never touched
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,21 @@ class PackageInstallError(RuntimeError):
 
 
 def install_runtime_packages(packages: list[str], target: Path, *, timeout_s: float = 900) -> Path:
-    """pip install ``packages`` into ``target`` (reused when the same list is already there)."""
+    """pip install ``packages`` into ``target`` (reused when the same list is already there).
+
+    Installers of one target take turns (the nodes of a job over several machines sharing its
+    folder): the later one finds the list installed."""
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(packages, target, timeout_s)
+
+
+def _install(packages: list[str], target: Path, timeout_s: float) -> Path:
     marker = target / ".rft-requirements"
     wanted = "\n".join(sorted(packages))
     if marker.exists() and marker.read_text() == wanted:
         return target
-    target.mkdir(parents=True, exist_ok=True)
     try:
         completed = subprocess.run(
             [
