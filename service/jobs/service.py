@@ -229,9 +229,14 @@ def _check_devices(payload: JobCreate) -> str | None:
         logger.warning("could not read the workers' device counts: %s", exc)
         return None  # the queue decides; the job waits for workers that can hold it
     if not workers:
+        wanted = (
+            f"a worker with {payload.num_devices} devices"
+            if payload.num_nodes == 1
+            else f"{payload.num_nodes} workers with {payload.num_devices} devices each"
+        )
         return (
-            f"no running worker says what it holds: the job waits for {payload.num_nodes} "
-            f"worker(s) with {payload.num_devices} devices (RFT_WORKER_DEVICES)"
+            f"no running worker says what it holds: the job waits for {wanted} "
+            "(RFT_WORKER_DEVICES)"
         )
     if needs_cuda:
         workers = [worker for worker in workers if worker.accelerator == "cuda"]
