@@ -69,9 +69,3 @@ def _capacity(value: bytes | str) -> WorkerCapacity:
     if isinstance(advert, int):  # a worker from before adverts said more than the count
         return WorkerCapacity(devices=advert, accelerator="cpu")
     return WorkerCapacity(devices=int(advert["devices"]), accelerator=str(advert["accelerator"]))
-
-
-def largest_live_capacity(redis_url: str) -> int | None:
-    """The most devices a running worker can give one job; None when no worker advertises."""
-    counts = [worker.devices for worker in live_workers(redis_url)]
-    return max(counts) if counts else None

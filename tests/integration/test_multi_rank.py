@@ -26,7 +26,7 @@ from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
-from workers.queue import largest_live_capacity
+from workers.queue import live_workers
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +56,8 @@ def ranks_stack() -> Iterator[LocalStack]:
         extra_env={
             "RFT_WORKER_DEVICES": str(RANKS),
             "RFT_WORKER_LEASE_S": "6",
+            # A killed worker's advert expires soon (the refusal tests count live workers).
+            "RFT_WORKER_CAPACITY_TTL_S": "6",
             "OMP_NUM_THREADS": "1",
         },
     ) as stack:
@@ -292,11 +294,12 @@ def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
 
 
 def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
-    """Until the worker has advertised its devices (it does once it is ready)."""
+    """Until the stack's one worker has advertised its devices (it does once it is ready) and
+    a worker killed by an earlier test no longer counts (its advert expires)."""
     assert stack.redis_url
     deadline = time.monotonic() + timeout_s
-    while largest_live_capacity(stack.redis_url) != RANKS:
-        assert time.monotonic() < deadline, "the worker never advertised its devices"
+    while [worker.devices for worker in live_workers(stack.redis_url)] != [RANKS]:
+        assert time.monotonic() < deadline, "the worker never advertised its devices alone"
         time.sleep(0.2)
 
 
