@@ -20,14 +20,9 @@ import pytest
 from service.stack import LocalStack
 from tests.gpu.conftest import GPUS_PER_JOB
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
-from tests.integration.test_multi_rank import (
-    assert_every_completion_once,
-    rank_pids,
-    training_processes,
-    wait_gone,
-    worker_logs,
-)
+from tests.integration.test_multi_rank import assert_every_completion_once, worker_logs
 from tests.integration.test_multi_rank import job_request as cpu_job_request
+from tests.processes import rank_pids, training_processes, wait_gone
 
 pytestmark = pytest.mark.integration
 

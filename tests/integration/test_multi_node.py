@@ -28,10 +28,8 @@ from tests.integration.test_multi_rank import (
     NUM_GENERATIONS,
     PROMPTS_PER_STEP,
     job_request,
-    rank_pids,
-    training_processes,
-    wait_gone,
 )
+from tests.processes import rank_pids, training_processes, wait_gone
 from workers.queue import live_workers
 
 pytestmark = pytest.mark.integration

@@ -25,6 +25,7 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.processes import rank_pids, training_processes, wait_gone
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.queue import live_workers
 
@@ -105,76 +106,6 @@ def start_job(
         num_devices=num_devices,
     )
     return str(create_job(client, request)["id"])
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces or parentheses: the fields after its last ')' are fixed.
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
-    """The training launcher and ranks descending from ``root``: pid -> command line.
-
-    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``."""
-    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    parents = {pid: _parent(pid) for pid in pids}
-    found: dict[int, str] = {}
-    frontier = {root}
-    while frontier:
-        children = {pid for pid, parent in parents.items() if parent in frontier}
-        frontier = children - set(found)
-        for pid in frontier:
-            command = _command(pid)
-            if "--spare" in command and not spares:
-                continue
-            if "workers.training.rank_process" in command or "torch.distributed.run" in command:
-                found[pid] = command
-    return found
-
-
-def rank_pids(root: int) -> dict[int, int]:
-    """Rank number -> pid of the ranks under ``root`` (a rank's environment names its RANK)."""
-    ranks: dict[int, int] = {}
-    for pid, command in training_processes(root).items():
-        if "torch.distributed.run" in command:
-            continue
-        try:
-            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for entry in environment:
-            if entry.startswith(b"RANK="):
-                ranks[int(entry[5:])] = pid
-    return ranks
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_gone(pids: list[int], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(alive(pid) for pid in pids):
-            return
-        time.sleep(0.2)
-    left = {pid: _command(pid) for pid in pids if alive(pid)}
-    raise AssertionError(f"training processes still running: {left}")
 
 
 def wait_for_ranks(root: int, timeout_s: float = 300) -> dict[int, int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.api import RewardFunctionSpec, ScoringBatch
+from tests.processes import alive, descendants
 from workers.job_sandbox import JobSandbox
 from workers.training.rank_process import (
     SPARE_READY,
@@ -72,31 +73,6 @@ def test_a_job_with_secrets_starts_its_own_sandbox_and_the_one_ahead_is_closed(
             ahead.load([SECRET_LENGTH])
     finally:
         sandbox.close()
-
-
-def descendants(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_the_spare_warms_up_without_touching_the_random_state_and_leaves_nothing_behind(

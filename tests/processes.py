@@ -1,0 +1,83 @@
+"""The processes a test starts, read from /proc: a worker's training launcher and ranks, and
+whether any is still alive (nothing may outlive a job)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces or parentheses: the fields after its last ')' are fixed.
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (children, their children, ...)."""
+    parents = {int(name): parent_of(int(name)) for name in os.listdir("/proc") if name.isdigit()}
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
+    """The training launcher and ranks descending from ``root``: pid -> command line.
+
+    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``."""
+    found: dict[int, str] = {}
+    for pid in descendants(root):
+        command = command_of(pid)
+        if "--spare" in command and not spares:
+            continue
+        if "workers.training.rank_process" in command or "torch.distributed.run" in command:
+            found[pid] = command
+    return found
+
+
+def rank_pids(root: int) -> dict[int, int]:
+    """Rank number -> pid of the ranks under ``root`` (a rank's environment names its RANK)."""
+    ranks: dict[int, int] = {}
+    for pid, command in training_processes(root).items():
+        if "torch.distributed.run" in command:
+            continue
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for entry in environment:
+            if entry.startswith(b"RANK="):
+                ranks[int(entry[5:])] = pid
+    return ranks
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list[int], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(alive(pid) for pid in pids):
+            return
+        time.sleep(0.2)
+    left = {pid: command_of(pid) for pid in pids if alive(pid)}
+    raise AssertionError(f"training processes still running: {left}")
