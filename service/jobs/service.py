@@ -235,8 +235,7 @@ def _check_devices(payload: JobCreate) -> str | None:
             else f"{payload.num_nodes} workers with {payload.num_devices} devices each"
         )
         return (
-            f"no running worker says what it holds: the job waits for {wanted} "
-            "(RFT_WORKER_DEVICES)"
+            f"no running worker says what it holds: the job waits for {wanted} (RFT_WORKER_DEVICES)"
         )
     if needs_cuda:
         workers = [worker for worker in workers if worker.accelerator == "cuda"]
