@@ -155,12 +155,17 @@ def _abandon(session: Session, job: Job, rows: list[JobNode], settings: Settings
     """Give the placement up: rows gone, say why, queue its members' messages again."""
     session.execute(delete(JobNode).where(JobNode.job_id == job.id))
     if rows and rows[0].state == WAITING:
+        why = (
+            f"only {len(rows)} of {job.num_nodes} workers with {job.num_devices} device(s) "
+            f"each were free within {settings.placement_timeout_s:.0f} s (a job over several "
+            "machines starts on all of them at once)"
+            if len(rows) < job.num_nodes
+            else f"its {len(rows)} workers stopped answering before it started"
+        )
         JobRepository(session).add_event(
             job.id,
             "placement_timeout",
-            f"only {len(rows)} of {job.num_nodes} workers with {job.num_devices} device(s) "
-            f"each were free within {settings.placement_timeout_s:.0f} s (a job over several "
-            "machines starts on all of them at once); the job waits in the queue again",
+            f"{why}; the job waits in the queue again",
             data={"joined": len(rows), "num_nodes": job.num_nodes},
         )
     # The members' messages are spent; the others' still wait in the queue.

@@ -4,10 +4,11 @@ workers that are gone is replaced (and said so) rather than waited on forever.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from service.db import session_scope
 from service.jobs.repository import JobRepository
@@ -25,10 +26,15 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
 
 
 @pytest.fixture
-def two_node_job(job_id: str) -> str:
+def two_node_job(job_id: str) -> Iterator[str]:
     with session_scope() as session:
         session.execute(update(Job).where(Job.id == job_id).values(status="queued", num_nodes=2))
-    return job_id
+    yield job_id
+    # Not left queued: the session's worker would take it (the reaper re-sends the messages
+    # of jobs queued too long) and wait for a second node that never comes.
+    with session_scope() as session:
+        session.execute(delete(JobNode).where(JobNode.job_id == job_id))
+        session.execute(update(Job).where(Job.id == job_id).values(status="cancelled"))
 
 
 def nodes(job_id: str) -> list[tuple[int, str, str]]:
