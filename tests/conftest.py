@@ -46,6 +46,18 @@ def stack() -> Iterator[LocalStack]:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def stack_of_its_own(prefix: str, *, env: dict[str, str], workers: int = 1) -> Iterator[LocalStack]:
+    """A stack for one test module, with settings the session's stack does not have (``env``
+    for its servers); its state is removed afterwards."""
+    state_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        with LocalStack(state_dir, workers=workers, extra_env=env) as stack:
+            yield stack
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 def new_tenant_key(stack: LocalStack) -> str:
     """A new tenant with one API key, created in ``stack``'s database."""
     from sqlalchemy import create_engine

@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -76,7 +77,7 @@ class NodeView:
     worker_id: str
     state: str
     detail: str | None
-    heartbeat_at: object
+    heartbeat_at: datetime
 
 
 @contextlib.contextmanager
@@ -417,7 +418,7 @@ class NodeWatch:
             )
         now = time.monotonic()
         silent = {
-            rank: self._silence.silent_for(str(rank), view.heartbeat_at, now)  # type: ignore[arg-type]
+            rank: self._silence.silent_for(str(rank), view.heartbeat_at, now)
             for rank, view in nodes.items()
         }
         with self._lock:

@@ -10,7 +10,6 @@ on CPU, FACTS), NCCL, bf16 and activation checkpointing ("auto" turns both on wi
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.conftest import stack_of_its_own, tenant_client
 
 GPUS_PER_JOB = 2
 HERE = Path(__file__).resolve().parent
@@ -49,13 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="module")
 def gpu_stack() -> Iterator[LocalStack]:
     """The whole service with one worker that gives a job two GPUs."""
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-gpu-"))
     # The worker's GPUs: the first two unless the machine says otherwise.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(GPUS_PER_JOB))))
-    with LocalStack(
-        state_dir,
-        workers=1,
-        extra_env={
+    with stack_of_its_own(
+        "rft-gpu-",
+        env={
             "RFT_WORKER_DEVICES": str(GPUS_PER_JOB),
             "CUDA_VISIBLE_DEVICES": visible,
             # Short, so a killed worker's job is taken over quickly.

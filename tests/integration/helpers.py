@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.tiny import TINY_HYPERPARAMETERS
+
 FINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -67,6 +69,41 @@ A_SHARE = (
     "    return text.count('a') / max(len(text), 1)\n"
 )
 PROMPT = "Write about cats:"
+
+
+def train_a_share_job(
+    client: httpx.Client, *, train_steps: int, checkpoint_every: int | None = None
+) -> dict[str, Any]:
+    """A chat job trained towards 'a' (learning rate high enough to change answers), finished."""
+    topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
+    rows = [{"prompt": [{"role": "user", "content": f"Write about {t}:"}]} for t in topics]
+    extra = {} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}
+    job = create_job(
+        client,
+        {
+            "dataset_id": upload_jsonl(client, rows),
+            "reward_functions": {"a_share": {"source": A_SHARE}},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "learning_rate": 5e-2,
+                "train_steps": train_steps,
+                **extra,
+            },
+        },
+    )
+    finished = wait_for(client, job["id"], timeout_s=900)
+    assert finished["status"] == "succeeded", finished["failure_reason"]
+    return finished
+
+
+def assert_the_adapter_answers_differently(answer: Callable[[str], str], job_id: str) -> None:
+    """The trained adapter's greedy answer differs from its base model's, and each stays the
+    same when base and adapter alternate on one engine."""
+    base = answer("rft-tiny")
+    tuned = answer(job_id)
+    assert tuned != base, base
+    assert answer("rft-tiny") == base
+    assert answer(job_id) == tuned
 
 
 def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:

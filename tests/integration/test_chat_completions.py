@@ -23,14 +23,11 @@ from rft.cli.app import app as cli_app
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import (
-    A_SHARE,
     PROMPT,
+    assert_the_adapter_answers_differently,
     chat,
-    create_job,
-    upload_jsonl,
-    wait_for,
+    train_a_share_job,
 )
-from tests.tiny import TINY_HYPERPARAMETERS
 
 TRAIN_STEPS = 8
 CHECKPOINT_EVERY = 4
@@ -44,23 +41,7 @@ def answer(client: httpx.Client, model: str, **overrides: Any) -> str:
 
 @pytest.fixture(scope="module")
 def trained_job(stack: LocalStack, tenant: httpx.Client) -> dict[str, Any]:
-    topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
-    rows = [{"prompt": [{"role": "user", "content": f"Write about {t}:"}]} for t in topics]
-    job = create_job(
-        tenant,
-        {
-            "dataset_id": upload_jsonl(tenant, rows),
-            "reward_functions": {"a_share": {"source": A_SHARE}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "learning_rate": 5e-2,
-                "train_steps": TRAIN_STEPS,
-                "checkpoint_every": CHECKPOINT_EVERY,
-            },
-        },
-    )
-    finished = wait_for(tenant, job["id"], timeout_s=900)
-    assert finished["status"] == "succeeded", finished["failure_reason"]
+    finished = train_a_share_job(tenant, train_steps=TRAIN_STEPS, checkpoint_every=CHECKPOINT_EVERY)
     stack.start_inference()
     return finished
 
@@ -78,12 +59,7 @@ def test_without_an_inference_server_the_answer_is_a_503_naming_the_setting(
 def test_the_adapter_answers_differently_from_its_base_model(
     tenant: httpx.Client, trained_job: dict[str, Any]
 ) -> None:
-    base = answer(tenant, "rft-tiny")
-    tuned = answer(tenant, trained_job["id"])
-    assert tuned != base, base
-    # Greedy decoding is deterministic, also after switching adapters back and forth.
-    assert answer(tenant, "rft-tiny") == base
-    assert answer(tenant, trained_job["id"]) == tuned
+    assert_the_adapter_answers_differently(lambda model: answer(tenant, model), trained_job["id"])
 
     body = chat(tenant, trained_job["id"]).json()
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")

@@ -5,17 +5,15 @@ These tests break servers, so they run on a stack of their own, with a short wor
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -33,11 +31,8 @@ SLOW_REWARD = (
 
 @pytest.fixture(scope="module")
 def fault_stack() -> Iterator[LocalStack]:
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-faults-"))
-    with LocalStack(
-        state_dir,
-        workers=1,
-        extra_env={"RFT_WORKER_LEASE_S": str(LEASE_S), "RFT_QUEUED_RESEND_AFTER_S": "5"},
+    with stack_of_its_own(
+        "rft-faults-", env={"RFT_WORKER_LEASE_S": str(LEASE_S), "RFT_QUEUED_RESEND_AFTER_S": "5"}
     ) as stack:
         yield stack
 

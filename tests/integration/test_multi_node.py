@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, wait_for, wait_until
 from tests.integration.test_multi_rank import (
     NEEDS_DEEPSPEED,
@@ -43,11 +41,10 @@ CONSTANT_REWARD = (
 
 @pytest.fixture(scope="module")
 def nodes_stack() -> Iterator[LocalStack]:
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-multi-node-"))
-    with LocalStack(
-        state_dir,
+    with stack_of_its_own(
+        "rft-multi-node-",
         workers=NODES,
-        extra_env={
+        env={
             "RFT_WORKER_DEVICES": "1",
             "RFT_WORKER_ADDRESS": "127.0.0.1",
             "RFT_WORKER_LEASE_S": "6",
@@ -71,8 +68,24 @@ def start_two_node_job(client: httpx.Client, *, train_steps: int, checkpoint_eve
     return str(create_job(client, {**request, "num_nodes": NODES})["id"])
 
 
+def running_two_node_job(client: httpx.Client) -> str:
+    """A long 2-node job that has recorded its first step (both nodes' ranks run)."""
+    job_id = start_two_node_job(client, train_steps=200, checkpoint_every=100)
+    wait_until(client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    return job_id
+
+
 def events(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
     return all_pages(client, f"/v1/jobs/{job_id}/events/history")
+
+
+def wait_for_event(client: httpx.Client, job_id: str, kind: str, timeout_s: float) -> None:
+    wait_until(
+        client,
+        job_id,
+        lambda job: any(e["kind"] == kind for e in events(client, job_id)),
+        timeout_s=timeout_s,
+    )
 
 
 def every_training_process(stack: LocalStack) -> list[int]:
@@ -165,8 +178,7 @@ def test_a_two_node_deepspeed_job_meets_through_accelerate(
 def test_cancel_stops_the_ranks_of_every_node(
     nodes_stack: LocalStack, nodes_client: httpx.Client
 ) -> None:
-    job_id = start_two_node_job(nodes_client, train_steps=200, checkpoint_every=100)
-    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    job_id = running_two_node_job(nodes_client)
     launched = every_training_process(nodes_stack)
     ranks = [rank_pids(worker.pid) for worker in nodes_stack.workers]
     assert sorted(rank for found in ranks for rank in found) == [0, 1]
@@ -188,12 +200,7 @@ def test_losing_a_node_resumes_the_job_from_its_last_checkpoint(
     nodes_stack.kill_worker(node_1)
     # Node 1's ranks die with their worker; node 0 sees the node lost and stops its own.
     wait_gone(launched)
-    wait_until(
-        nodes_client,
-        job_id,
-        lambda job: any(e["kind"] == "node_lost" for e in events(nodes_client, job_id)),
-        timeout_s=300,
-    )
+    wait_for_event(nodes_client, job_id, "node_lost", timeout_s=300)
     nodes_stack.start_worker()  # a replacement machine: the job is placed on two again
     job = wait_for(nodes_client, job_id, timeout_s=900)
     assert job["status"] == "succeeded", job.get("failure_reason")
@@ -213,12 +220,7 @@ def test_a_job_is_placed_on_all_its_nodes_or_waits_and_says_why(
     busy = start_job_on_one_device(nodes_client)
     wait_until(nodes_client, busy, lambda job: job["steps_completed"] >= 1, timeout_s=600)
     job_id = start_two_node_job(nodes_client, train_steps=2, checkpoint_every=2)
-    wait_until(
-        nodes_client,
-        job_id,
-        lambda job: any(e["kind"] == "placement_timeout" for e in events(nodes_client, job_id)),
-        timeout_s=PLACEMENT_TIMEOUT_S * 10,
-    )
+    wait_for_event(nodes_client, job_id, "placement_timeout", timeout_s=PLACEMENT_TIMEOUT_S * 10)
     timeout = next(e for e in events(nodes_client, job_id) if e["kind"] == "placement_timeout")
     assert "only 1 of 2 workers" in timeout["message"]
     job = nodes_client.get(f"/v1/jobs/{job_id}").json()
@@ -251,12 +253,7 @@ def test_pause_resume_and_a_live_config_update_work_across_nodes(
     applies_from = updated.json()["applies_from_step"]
     wait_until(nodes_client, job_id, lambda job: job["applied_config_version"] == 2)
     assert nodes_client.post(f"/v1/jobs/{job_id}/pause").status_code == 200
-    wait_until(
-        nodes_client,
-        job_id,
-        lambda job: any(e["kind"] == "paused" for e in events(nodes_client, job_id)),
-        timeout_s=300,
-    )
+    wait_for_event(nodes_client, job_id, "paused", timeout_s=300)
     wait_gone(every_training_process(nodes_stack))  # both nodes let go
     paused_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
     assert nodes_client.post(f"/v1/jobs/{job_id}/resume").status_code == 200
@@ -276,8 +273,7 @@ def test_pause_resume_and_a_live_config_update_work_across_nodes(
 def test_a_rank_failing_on_another_node_fails_the_job_with_that_nodes_reason(
     nodes_stack: LocalStack, nodes_client: httpx.Client
 ) -> None:
-    job_id = start_two_node_job(nodes_client, train_steps=200, checkpoint_every=100)
-    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
+    job_id = running_two_node_job(nodes_client)
     launched = every_training_process(nodes_stack)
     node_1 = next(worker for worker in nodes_stack.workers if 1 in rank_pids(worker.pid))
     os.kill(rank_pids(node_1.pid)[1], signal.SIGKILL)  # the process, not its machine

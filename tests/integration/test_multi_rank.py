@@ -13,7 +13,6 @@ import importlib.util
 import os
 import signal
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.processes import rank_pids, training_processes, wait_gone
 from tests.tiny import TINY_HYPERPARAMETERS
@@ -50,11 +49,9 @@ NEEDS_DEEPSPEED = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def ranks_stack() -> Iterator[LocalStack]:
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-multi-rank-"))
-    with LocalStack(
-        state_dir,
-        workers=1,
-        extra_env={
+    with stack_of_its_own(
+        "rft-multi-rank-",
+        env={
             "RFT_WORKER_DEVICES": str(RANKS),
             "RFT_WORKER_LEASE_S": "6",
             # A killed worker's advert expires soon (the refusal tests count live workers).

@@ -8,9 +8,7 @@ in the environment built for them, a skip would hide a broken install.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.conftest import stack_of_its_own, tenant_client
 
 HERE = Path(__file__).resolve().parent
 # vLLM's torch.compile cache, kept with the environment that filled it: the engine starts in
@@ -77,11 +75,9 @@ def vllm_stack(vllm_cache_root: Path) -> Iterator[LocalStack]:
     RFT_GENERATION_BACKEND=vllm, not auto: if vLLM cannot start, jobs fail saying why
     instead of silently training with transformers.
     """
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-vllm-"))
-    with LocalStack(
-        state_dir,
-        workers=1,
-        extra_env={
+    with stack_of_its_own(
+        "rft-vllm-",
+        env={
             "RFT_GENERATION_BACKEND": "vllm",
             "RFT_VLLM_MODE": "colocate",
             "RFT_WORKER_LEASE_S": str(LEASE_S),
@@ -94,7 +90,6 @@ def vllm_stack(vllm_cache_root: Path) -> Iterator[LocalStack]:
         },
     ) as stack:
         yield stack
-    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -19,14 +19,11 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import (
-    A_SHARE,
     PROMPT,
+    assert_the_adapter_answers_differently,
     chat,
-    create_job,
-    upload_jsonl,
-    wait_for,
+    train_a_share_job,
 )
-from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
@@ -53,22 +50,7 @@ def tenant(vllm_stack: LocalStack) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def trained_job(vllm_stack: LocalStack, tenant: httpx.Client) -> dict[str, Any]:
-    topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
-    rows = [{"prompt": [{"role": "user", "content": f"Write about {t}:"}]} for t in topics]
-    job = create_job(
-        tenant,
-        {
-            "dataset_id": upload_jsonl(tenant, rows),
-            "reward_functions": {"a_share": {"source": A_SHARE}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "learning_rate": 5e-2,
-                "train_steps": 8,
-            },
-        },
-    )
-    finished = wait_for(tenant, job["id"], timeout_s=900)
-    assert finished["status"] == "succeeded", finished["failure_reason"]
+    finished = train_a_share_job(tenant, train_steps=8)
     vllm_stack.start_inference(timeout_s=300)
     return finished
 
@@ -86,12 +68,7 @@ def test_the_inference_server_generates_with_vllm(
 def test_the_adapter_answers_differently_from_its_base_model(
     tenant: httpx.Client, trained_job: dict[str, Any]
 ) -> None:
-    base = answer(tenant, "rft-tiny")
-    tuned = answer(tenant, trained_job["id"])
-    assert tuned != base, base
-    # Greedy decoding is deterministic, also when base and adapter alternate on one engine.
-    assert answer(tenant, "rft-tiny") == base
-    assert answer(tenant, trained_job["id"]) == tuned
+    assert_the_adapter_answers_differently(lambda model: answer(tenant, model), trained_job["id"])
 
     body = chat(tenant, trained_job["id"]).json()
     assert body["object"] == "chat.completion" and body["model"] == trained_job["id"]
