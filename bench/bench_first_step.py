@@ -110,11 +110,10 @@ def in_process_parts() -> dict[str, float]:
     from sandbox.process import ProcessSandbox
     from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
-    from service.reward_functions.scoring import sandbox_settings
-    from service.settings import get_settings
+    from service.settings import get_settings, sandbox_settings
     from workers.training.grpo import TrainingSpec, build_trainer
-    from workers.training.records import RewardConfig
     from workers.training.reward_dispatch import RewardDispatcher
+    from workers.training.step_records import RewardConfig
     from workers.training.tiny_model import ensure_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="rft-bench-first-"))

@@ -69,7 +69,7 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     from service.settings import Settings
     from workers.training.generation import choose_generation
     from workers.training.grpo import TrainingSpec, run_grpo
-    from workers.training.records import RewardConfig
+    from workers.training.step_records import RewardConfig
 
     generation = choose_generation(Settings(generation_backend="vllm", vllm_mode="colocate"))
     observer = KeptSteps()

@@ -52,7 +52,7 @@ class KeptSteps:
     """A training observer that keeps every step's record and never stops or reconfigures."""
 
     def __init__(self) -> None:
-        self.records: list[Any] = []  # workers.training.records.StepRecord
+        self.records: list[Any] = []  # workers.training.step_records.StepRecord
 
     def on_step(self, record: Any) -> None:
         self.records.append(record)
@@ -79,7 +79,7 @@ def run_configuration(args: argparse.Namespace) -> None:
     from service.demo import demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
     from workers.training.grpo import TrainingSpec, run_grpo
-    from workers.training.records import RewardConfig
+    from workers.training.step_records import RewardConfig
 
     torch.set_num_threads(1)
 

@@ -67,16 +67,16 @@ from service.demo import (
 )
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.jobs.hyperparameters import Hyperparameters
-from service.reward_functions.scoring import sandbox_settings
 from service.reward_functions.totals import weighted_total
-from service.settings import get_settings
+from service.settings import get_settings, sandbox_settings
 from service.stack import LocalStack
 from workers.circuit_breaker import RewardCircuitBreaker
+from workers.database_observer import DatabaseObserver
+from workers.identity import WORKER_ID
 from workers.job_watch import JobWatcher
 from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
-from workers.training.records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig, StepRecord
 from workers.training.tiny_model import ensure_tiny_model
-from workers.training_job import WORKER_ID, DatabaseObserver
 
 # Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
 # spin-wait for each other made step times swing tenfold between runs.

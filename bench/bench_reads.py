@@ -45,11 +45,8 @@ from synthetic import (  # type: ignore[import-not-found]
 from service.bulk import copy_lines
 from service.db import session_scope
 from service.embedded import free_port
-from workers.recording import (
-    COMPLETION_COLUMNS,
-    completion_copy_lines,
-    record_step,
-)
+from service.jobs.step_repository import COMPLETION_COLUMNS
+from workers.step_store import completion_copy_lines, record_step
 
 STEPS = 1000
 COMPLETIONS_PER_STEP = 256
@@ -331,9 +328,9 @@ def profile_steps(tenant_id: str, job_id: str, rounds: int = 20) -> None:
     from pydantic import TypeAdapter
 
     from service.jobs import service
-    from service.jobs.repository import JobRepository
     from service.jobs.schemas import Step
     from service.jobs.step_json import steps_page_json
+    from service.jobs.step_repository import StepRepository
     from service.models import Step as StepRow
     from service.pagination import Page, paginate
 
@@ -372,7 +369,7 @@ def profile_steps(tenant_id: str, job_id: str, rounds: int = 20) -> None:
         with session_scope() as session:
             started = time.perf_counter()
             service.get_job(session, tenant_id, job_id)
-            raw = JobRepository(session).list_steps(job_id, after_step=0, limit=1001)
+            raw = StepRepository(session).list_steps(job_id, after_step=0, limit=1001)
             parts["now: SQL, reward_functions as JSON text"].append(time.perf_counter() - started)
             started = time.perf_counter()
             new_json = steps_page_json(raw, 1000)

@@ -49,15 +49,11 @@ from service.bulk import (
 from service.db import session_scope
 from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.step_repository import COMPLETION_COLUMNS
 from service.models import Completion, Job, RewardErrorRecord, RewardLog, Step
-from workers.recording import (
-    COMPLETION_COLUMNS,
-    BackgroundWriter,
-    completion_copy_lines,
-    store_step,
-    with_database_retries,
-)
-from workers.training.records import RewardConfig, StepRecord
+from workers.database import with_database_retries
+from workers.step_store import BackgroundWriter, completion_copy_lines, store_step
+from workers.training.step_records import RewardConfig, StepRecord
 
 SIZES = (64, 256, 512)
 

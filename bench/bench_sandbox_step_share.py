@@ -23,7 +23,7 @@ from sandbox.settings import SandboxSettings
 from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig, StepRecord
 
 
 class TimedSandbox:

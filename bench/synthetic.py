@@ -24,7 +24,7 @@ from service.embedded import EmbeddedPostgres
 from service.models import Dataset, Job, JobConfigVersion, new_id
 from service.settings import get_settings
 from service.stack import run_migrations
-from workers.training.records import CompletionRecord, FunctionStepMetrics, StepRecord
+from workers.training.step_records import CompletionRecord, FunctionStepMetrics, StepRecord
 
 FUNCTION_NAMES = ("letter_fraction", "brevity", "format")
 

@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sandbox.settings import Isolation, SandboxSettings
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RFT_", env_file=".env", extra="ignore")
@@ -306,3 +308,27 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def sandbox_settings(
+    settings: Settings, *, allow_network: bool, secrets: dict[str, str]
+) -> SandboxSettings:
+    """The sandbox a job's user code runs in, under this deployment's limits: the API's
+    dry runs and every rank of a job alike."""
+    isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
+    return SandboxSettings(
+        isolation=isolation,
+        # Without namespaces there is no network to withhold: the flag only means something
+        # under bwrap.
+        allow_network=allow_network and isolation == "bwrap",
+        env=dict(secrets),
+        memory_limit_mb=settings.reward_memory_limit_mb,
+        call_timeout_s=settings.reward_call_timeout_s,
+        load_timeout_s=settings.reward_load_timeout_s,
+        sample_timeout_s=settings.reward_sample_timeout_s,
+        uid_range_first=settings.sandbox_uid_first,
+        uid_range_count=settings.sandbox_uid_count,
+        uid_lock_dir=settings.sandbox_uid_lock_dir,
+        cgroups=settings.sandbox_cgroups,
+        cgroup_pids_max=settings.sandbox_pids_max,
+    )

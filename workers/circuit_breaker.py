@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workers.training.records import StepRecord
+from workers.training.step_records import StepRecord
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Who runs a job, and taking over from a worker that died.
 
-A running job carries its worker's id and a heartbeat. Every worker process runs a reaper
-that watches running jobs; a job whose heartbeat has not moved for a whole lease, as timed
+A running (or pausing) job carries its worker's id and a heartbeat. Every worker process runs
+a reaper that watches those jobs; a job whose heartbeat has not moved for a whole lease, as timed
 by the reaper's own clock (so clock skew and database outages cannot fake a death), goes back
-to the queue and resumes from its last checkpoint on whichever worker takes it.
+to the queue (service.jobs.ownership.requeue) and resumes from its last checkpoint on
+whichever worker takes it; a pausing one is paused.
 """
 
 from __future__ import annotations
@@ -12,17 +13,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from sqlalchemy import delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import after_commit, session_scope
+from service.jobs import ownership
 from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
-from service.jobs.service import transition
-from service.jobs.status import JobStatus
-from service.models import Job, JobNode
 from workers.queue import enqueue_training
 
 logger = logging.getLogger(__name__)
@@ -48,11 +46,7 @@ class JobHeartbeat:
 
     def beat(self) -> None:
         with session_scope() as session:
-            session.execute(
-                update(Job)
-                .where(Job.id == self.job_id, Job.worker_id == self.worker_id)
-                .values(heartbeat_at=datetime.now(UTC))
-            )
+            JobRepository(session).beat(self.job_id, self.worker_id)
 
     def _run(self) -> None:
         while not self._stopped.wait(self.interval_s):
@@ -78,13 +72,11 @@ class LostWorkerReaper:
 
     def _requeue_lost(self, now: float) -> list[str]:
         with session_scope() as session:
-            running = session.execute(
-                select(Job.id, Job.heartbeat_at).where(Job.status == JobStatus.RUNNING.value)
-            ).all()
-        self._silence.keep_only(job_id for job_id, _ in running)
+            held = JobRepository(session).held_heartbeats()
+        self._silence.keep_only(job_id for job_id, _ in held)
         expired = [
             (job_id, heartbeat)
-            for job_id, heartbeat in running
+            for job_id, heartbeat in held
             if self._silence.silent_for(job_id, heartbeat, now) >= self.lease_s
         ]
         requeued = []
@@ -96,43 +88,24 @@ class LostWorkerReaper:
 
     def _requeue(self, job_id: str, heartbeat: datetime | None) -> bool:
         with session_scope() as session:
-            job = JobRepository(session).get_any_tenant(job_id, for_update=True)
-            # Re-checked under the lock: the owner may have beaten or finished meanwhile.
-            if (
-                job is None
-                or job.status != JobStatus.RUNNING.value
-                or job.heartbeat_at != heartbeat
-            ):
-                return False
-            lost = job.worker_id
-            transition(session, job, JobStatus.QUEUED)
-            job.worker_id = None
-            JobRepository(session).add_event(
-                job.id,
-                "worker_lost",
-                f"worker {lost} stopped answering (no heartbeat for {self.lease_s:.0f} s); "
-                f"the job resumes from its last checkpoint on another worker",
-                step=job.steps_completed,
+            job = JobRepository(session).get_any_tenant(job_id)
+            lost = job.worker_id if job is not None else None
+            moved = ownership.requeue(
+                session,
+                job_id,
+                ownership.ExpiredLease(heartbeat),
+                kind="worker_lost",
+                why=f"worker {lost} stopped answering (no heartbeat for {self.lease_s:.0f} s)",
+                then="the job resumes from its last checkpoint on another worker",
                 data={"worker_id": lost},
             )
-            # A job over several machines is placed afresh (all nodes again).
-            session.execute(delete(JobNode).where(JobNode.job_id == job.id))
-            num_devices, num_nodes = job.num_devices, job.num_nodes
-            after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
-        logger.warning("requeued job %s: its worker was lost", job_id)
-        return True
+        if moved:
+            logger.warning("requeued job %s: its worker was lost", job_id)
+        return moved
 
     def _resend_queued(self) -> None:
-        cutoff = datetime.now(UTC) - timedelta(seconds=self.queued_resend_after_s)
         with session_scope() as session:
-            stale = list(
-                session.scalars(
-                    select(Job)
-                    .where(Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff)
-                    .with_for_update(skip_locked=True)
-                )
-            )
-            for job in stale:
+            for job in JobRepository(session).queued_since(self.queued_resend_after_s):
                 job.updated_at = datetime.now(UTC)
                 after_commit(
                     session,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram, start_http_server
 
-from workers.training.records import StepRecord
+from workers.training.step_records import StepRecord
 
 STEP_SECONDS = Histogram(
     "rft_step_duration_seconds",

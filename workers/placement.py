@@ -31,27 +31,27 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.db import after_commit, session_scope
+from service.events.repository import EventRepository
+from service.jobs import ownership
 from service.jobs.heartbeats import HeartbeatSilence
+from service.jobs.node_repository import JobNodeRepository
 from service.jobs.repository import JobRepository
-from service.jobs.service import transition
-from service.jobs.status import JobStatus
+from service.jobs.status import JobStatus, NodeState
 from service.models import Job, JobNode
 from service.settings import Settings, get_settings
+from workers.database import in_transaction, with_database_retries
+from workers.failures import NodeLost, TrainingProcessError
 from workers.queue import enqueue_training
-from workers.recording import with_database_retries
 from workers.training.engines import Rendezvous
-from workers.training.launch import NodeLost, TrainingProcessError
 
 logger = logging.getLogger(__name__)
 
-WAITING, LAUNCHED, FINISHED, FAILED = "waiting", "launched", "finished", "failed"
 POLL_S = 0.25
 # A job in one of these is not waiting for its placement any more.
-FINAL_OR_PAUSED = frozenset(
+NOT_PLACING = frozenset(
     status.value for status in JobStatus if status not in (JobStatus.QUEUED, JobStatus.RUNNING)
 )
 
@@ -75,7 +75,7 @@ class Seat:
 class NodeView:
     node_rank: int
     worker_id: str
-    state: str
+    state: NodeState
     detail: str | None
     heartbeat_at: datetime
 
@@ -114,48 +114,33 @@ def _join(job_id: str, worker_id: str, settings: Settings) -> Seat | None:
         job = JobRepository(session).get_any_tenant(job_id, for_update=True)
         if job is None or job.status != JobStatus.QUEUED.value:
             return None  # a duplicate or stale message: the database says what runs
-        rows = _rows(session, job_id)
-        if rows and _stale(session, rows[0], settings):
+        nodes = JobNodeRepository(session)
+        rows = nodes.placement(job_id)
+        if rows and _stale(nodes, rows[0], settings):
             _abandon(session, job, rows, settings)  # workers that are gone: start afresh
             rows = []
         if len(rows) >= job.num_nodes or any(row.worker_id == worker_id for row in rows):
             return None  # the placement is full: an extra message
         placement_id = rows[0].placement_id if rows else uuid.uuid4().hex
         seat = Seat(job_id, placement_id, len(rows), job.num_nodes, worker_id)
-        session.add(
-            JobNode(
-                job_id=job_id,
-                node_rank=seat.node_rank,
-                placement_id=placement_id,
-                worker_id=worker_id,
-                address=settings.resolved_worker_address,
-                state=WAITING,
-                joined_at=func.now(),
-                heartbeat_at=func.now(),
-            )
+        nodes.join(
+            job_id, seat.node_rank, placement_id, worker_id, settings.resolved_worker_address
         )
         return seat
 
 
-def _rows(session: Session, job_id: str) -> list[JobNode]:
-    return list(
-        session.scalars(select(JobNode).where(JobNode.job_id == job_id).order_by(JobNode.node_rank))
-    )
-
-
-def _stale(session: Session, first: JobNode, settings: Settings) -> bool:
+def _stale(nodes: JobNodeRepository, first: JobNode, settings: Settings) -> bool:
     """A placement left by workers that are gone: launched by a run that is over, or waiting
     past its timeout (plus a lease, for the workers' own clocks to have acted first)."""
-    if first.state != WAITING:
+    if first.state != NodeState.WAITING:
         return True
-    age = session.scalar(select(func.extract("epoch", func.now() - first.joined_at)))
-    return float(age or 0) > settings.placement_timeout_s + settings.worker_lease_s
+    return nodes.age_s(first) > settings.placement_timeout_s + settings.worker_lease_s
 
 
 def _abandon(session: Session, job: Job, rows: list[JobNode], settings: Settings) -> None:
     """Give the placement up: rows gone, say why, queue its members' messages again."""
-    session.execute(delete(JobNode).where(JobNode.job_id == job.id))
-    if rows and rows[0].state == WAITING:
+    JobNodeRepository(session).drop(job.id)
+    if rows and rows[0].state == NodeState.WAITING:
         why = (
             f"only {len(rows)} of {job.num_nodes} workers with {job.num_devices} device(s) "
             f"each were free within {settings.placement_timeout_s:.0f} s (a job over several "
@@ -163,7 +148,7 @@ def _abandon(session: Session, job: Job, rows: list[JobNode], settings: Settings
             if len(rows) < job.num_nodes
             else f"its {len(rows)} workers stopped answering before it started"
         )
-        JobRepository(session).add_event(
+        EventRepository(session).add_event(
             job.id,
             "placement_timeout",
             f"{why}; the job waits in the queue again",
@@ -191,7 +176,7 @@ def _wait_until_placed(
             rendezvous = watch.rendezvous()
             if rendezvous is not None:
                 return rendezvous
-        if watch.placement_gone() or watch.job_status() in FINAL_OR_PAUSED:
+        if watch.placement_gone() or watch.job_status() in NOT_PLACING:
             logger.info("job %s: placement given up while waiting", seat.job_id)
             _leave(seat)
             return None
@@ -204,26 +189,21 @@ def _wait_until_placed(
 def _give_up(seat: Seat, settings: Settings) -> None:
     with session_scope() as session:
         job = JobRepository(session).get_any_tenant(seat.job_id, for_update=True)
-        rows = _rows(session, seat.job_id)
+        rows = JobNodeRepository(session).placement(seat.job_id)
         if job is None or not rows or rows[0].placement_id != seat.placement_id:
             return
-        if job.status == JobStatus.QUEUED.value and rows[0].state == WAITING:
+        if job.status == JobStatus.QUEUED.value and rows[0].state == NodeState.WAITING:
             _abandon(session, job, rows, settings)
         else:
-            session.execute(delete(JobNode).where(JobNode.job_id == job.id))
+            JobNodeRepository(session).drop(job.id)
     logger.warning("job %s: placement timed out; the job is queued again", seat.job_id)
 
 
 def _leave(seat: Seat) -> None:
-    def write() -> None:
-        with session_scope() as session:
-            session.execute(
-                delete(JobNode).where(
-                    JobNode.job_id == seat.job_id, JobNode.placement_id == seat.placement_id
-                )
-            )
-
-    with_database_retries(write, what="leaving a placement")
+    in_transaction(
+        lambda session: JobNodeRepository(session).drop(seat.job_id, seat.placement_id),
+        what="leaving a placement",
+    )
 
 
 def _open_rendezvous(seat: Seat, take_job: TakeJob) -> Rendezvous | None:
@@ -233,24 +213,22 @@ def _open_rendezvous(seat: Seat, take_job: TakeJob) -> Rendezvous | None:
         return None
     port = _free_port()
 
-    def publish() -> Rendezvous | None:
-        with session_scope() as session:
-            rows = _rows(session, seat.job_id)
-            if len(rows) != seat.num_nodes or rows[0].placement_id != seat.placement_id:
-                return None
-            rows[0].rendezvous_port = port
-            for row in rows:
-                row.state = LAUNCHED
-            workers = ", ".join(f"node {row.node_rank}: {row.worker_id}" for row in rows)
-            JobRepository(session).add_event(
-                seat.job_id,
-                "placed",
-                f"placed on {seat.num_nodes} workers ({workers}); they meet at node 0",
-                data={"workers": [row.worker_id for row in rows]},
-            )
-            return Rendezvous(seat.num_nodes, 0, rows[0].address, port)
+    def publish(session: Session) -> Rendezvous | None:
+        nodes = JobNodeRepository(session)
+        rows = nodes.placement(seat.job_id)
+        if len(rows) != seat.num_nodes or rows[0].placement_id != seat.placement_id:
+            return None
+        nodes.launch(rows, port)
+        workers = ", ".join(f"node {row.node_rank}: {row.worker_id}" for row in rows)
+        EventRepository(session).add_event(
+            seat.job_id,
+            "placed",
+            f"placed on {seat.num_nodes} workers ({workers}); they meet at node 0",
+            data={"workers": [row.worker_id for row in rows]},
+        )
+        return Rendezvous(seat.num_nodes, 0, rows[0].address, port)
 
-    return with_database_retries(publish, what="opening the rendezvous")
+    return in_transaction(publish, what="opening the rendezvous")
 
 
 def _free_port() -> int:
@@ -298,22 +276,22 @@ class NodeRun:
             time.sleep(POLL_S)
         return failure
 
-    def report(self, state: str, detail: str | None = None) -> None:
-        """This node's end (node 1 and up): node 0 reads it."""
+    def report_finished(self) -> None:
+        """This node's processes exited cleanly (node 1 and up): node 0 reads it."""
+        self._report_end(NodeState.FINISHED, None)
 
-        def write() -> None:
-            with session_scope() as session:
-                session.execute(
-                    update(JobNode)
-                    .where(
-                        JobNode.job_id == self.seat.job_id,
-                        JobNode.node_rank == self.seat.node_rank,
-                        JobNode.placement_id == self.seat.placement_id,
-                    )
-                    .values(state=state, detail=detail, heartbeat_at=func.now())
-                )
+    def report_failed(self, reason: str) -> None:
+        """This node's processes failed (node 1 and up): node 0 fails the job with ``reason``."""
+        self._report_end(NodeState.FAILED, reason)
 
-        with_database_retries(write, what="reporting a node's end")
+    def _report_end(self, state: NodeState, detail: str | None) -> None:
+        seat = self.seat
+        in_transaction(
+            lambda session: JobNodeRepository(session).report_end(
+                seat.job_id, seat.node_rank, seat.placement_id, state, detail
+            ),
+            what="reporting a node's end",
+        )
 
     def close(self) -> None:
         """Node 0, its run over: the placement goes (the other nodes stop on seeing that)."""
@@ -323,30 +301,18 @@ class NodeRun:
         """Node 0 lost a node: the job goes back to the queue, to resume from its last
         checkpoint on a fresh placement (unless someone else ended or took it meanwhile)."""
         seat = self.seat
-
-        def write() -> None:
-            with session_scope() as session:
-                job = JobRepository(session).get_any_tenant(seat.job_id, for_update=True)
-                if (
-                    job is None
-                    or job.status != JobStatus.RUNNING.value
-                    or job.worker_id != seat.worker_id
-                ):
-                    return
-                transition(session, job, JobStatus.QUEUED)
-                job.worker_id = None
-                session.execute(delete(JobNode).where(JobNode.job_id == job.id))
-                JobRepository(session).add_event(
-                    job.id,
-                    "node_lost",
-                    f"{lost}; the job resumes from its last checkpoint once "
-                    f"{job.num_nodes} workers are free again",
-                    step=job.steps_completed,
-                )
-                job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
-                after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
-
-        with_database_retries(write, what="requeueing a job that lost a node")
+        in_transaction(
+            lambda session: ownership.requeue(
+                session,
+                seat.job_id,
+                ownership.HeldBy(seat.worker_id),
+                kind="node_lost",
+                why=str(lost),
+                then=f"the job resumes from its last checkpoint once {seat.num_nodes} workers "
+                "are free again",
+            ),
+            what="requeueing a job that lost a node",
+        )
         logger.warning("job %s: %s; queued again", seat.job_id, lost)
 
 
@@ -391,22 +357,14 @@ class NodeWatch:
     def _beat_and_read(self) -> None:
         seat = self.seat
         with session_scope() as session:
-            session.execute(
-                update(JobNode)
-                .where(
-                    JobNode.job_id == seat.job_id,
-                    JobNode.node_rank == seat.node_rank,
-                    JobNode.placement_id == seat.placement_id,
-                )
-                .values(heartbeat_at=func.now())
-            )
-            rows = [
-                row for row in _rows(session, seat.job_id) if row.placement_id == seat.placement_id
-            ]
-            status = session.scalar(select(Job.status).where(Job.id == seat.job_id))
+            repository = JobNodeRepository(session)
+            repository.beat(seat.job_id, seat.node_rank, seat.placement_id)
+            rows = repository.placement(seat.job_id, seat.placement_id)
+            state = JobRepository(session).status_of(seat.job_id)
+            status = state[0] if state is not None else None
             nodes = {
                 row.node_rank: NodeView(
-                    row.node_rank, row.worker_id, row.state, row.detail, row.heartbeat_at
+                    row.node_rank, row.worker_id, NodeState(row.state), row.detail, row.heartbeat_at
                 )
                 for row in rows
             }
@@ -455,11 +413,11 @@ class NodeWatch:
             view = nodes.get(rank)
             if view is None:
                 raise NodeLost(f"node {rank} left the placement")
-            if view.state == FAILED:
+            if view.state == NodeState.FAILED:
                 raise TrainingProcessError(f"node {rank}: {view.detail}")
             if silent.get(rank, 0.0) < lease_s:
                 continue
-            if view.state == FINISHED:
+            if view.state == NodeState.FINISHED:
                 # Its ranks ended while ours still run: ours wait on collectives that will
                 # never come (seen once, under load: a node's launcher ended its ranks at
                 # start). Resuming on a fresh placement beats waiting forever.
@@ -476,7 +434,7 @@ class NodeWatch:
         """Every other node said how its processes ended."""
         with self._lock:
             return all(
-                view.state in (FINISHED, FAILED)
+                view.state.is_settled
                 for rank, view in self._nodes.items()
                 if rank != self.seat.node_rank
             )

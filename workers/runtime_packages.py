@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-class PackageInstallError(RuntimeError):
-    pass
+from workers.failures import PackageInstallError
 
 
 def install_runtime_packages(packages: list[str], target: Path, *, timeout_s: float = 900) -> Path:

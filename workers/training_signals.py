@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.training.records import CompletionRecord, StepRecord
+from workers.training.step_records import CompletionRecord, StepRecord
 
 NO_SIGNAL = "no_signal"
 NO_SIGNAL_RUN = "no_signal_run"

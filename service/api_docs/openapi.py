@@ -27,7 +27,8 @@ DESCRIPTIONS = {
     "file, reward code) with the reason.",
     401: "Missing or invalid API key.",
     404: "No such resource for this API key's tenant.",
-    409: "The job's state does not allow this (e.g. resuming a job that is not paused).",
+    409: "The job's state does not allow this (e.g. resuming a job that is neither paused nor "
+    "pausing).",
     412: "If-Match names a config version that is no longer current.",
     413: "The body exceeds RFT_MAX_REQUEST_BYTES (JSON) or RFT_MAX_UPLOAD_BYTES (uploads), "
     "whether or not it declared its length.",

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from service.artifacts.repository import CheckpointRepository
 from service.artifacts.schemas import Checkpoint, CheckpointList
 from service.artifacts.storage import ArtifactStore, fetch_for_reading
 from service.errors import NotFound
-from service.jobs.repository import JobRepository
 from service.jobs.service import get_job
+from service.jobs.step_repository import StepRepository
 
 # A PEFT adapter is these files; optimizer, scheduler and RNG state stay on the server
 # (they are for resuming, not for serving).
@@ -35,9 +36,8 @@ ADAPTER_FILES = (
 
 def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> CheckpointList:
     job = get_job(session, tenant_id, job_id)
-    repository = JobRepository(session)
-    rewards = repository.evaluation_rewards(job.id)
-    checkpoints = repository.list_checkpoints(job.id)
+    rewards = StepRepository(session).evaluation_rewards(job.id)
+    checkpoints = CheckpointRepository(session).list_checkpoints(job.id)
     keep_best = int(job.hyperparameters.get("keep_best", 1))
     best = best_steps([c.step for c in checkpoints], rewards, keep_best)
     return CheckpointList(
@@ -70,7 +70,7 @@ def base_model_of(session: Session, tenant_id: str, job_id: str) -> str:
 
 def checkpoint_uri(session: Session, tenant_id: str, job_id: str, step: int) -> str:
     job = get_job(session, tenant_id, job_id)
-    checkpoint = JobRepository(session).get_checkpoint(job.id, step)
+    checkpoint = CheckpointRepository(session).get_checkpoint(job.id, step)
     if checkpoint is None:
         raise NotFound(f"job {job.id} has no checkpoint at step {step}")
     return checkpoint.path

@@ -21,13 +21,14 @@ from starlette.concurrency import run_in_threadpool
 
 from service.auth.service import Caller, key_is_active
 from service.db import session_scope
+from service.events.repository import EventRepository
 from service.events.schemas import HEARTBEAT, ServerSentEvent, StreamCursor
 from service.jobs.heartbeats import HeartbeatSilence
-from service.jobs.repository import JobRepository
 from service.jobs.schemas import Job, JobEvent
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
 from service.jobs.step_json import step_json
+from service.jobs.step_repository import StepRepository
 from service.settings import get_settings
 
 POLL_INTERVAL_S = 0.5
@@ -67,9 +68,12 @@ def read_snapshot(
         # below, so a terminal job whose reads come back short has nothing left to send.
         row = get_job(session, tenant_id, job_id)
         job = Job.model_validate(row)
-        repository = JobRepository(session)
-        steps = repository.list_steps(job_id, after_step=cursor.last_step, limit=PAGE_SIZE)
-        events = repository.list_events(job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE)
+        steps = StepRepository(session).list_steps(
+            job_id, after_step=cursor.last_step, limit=PAGE_SIZE
+        )
+        events = EventRepository(session).list_events(
+            job_id, after_id=cursor.last_event_id, limit=PAGE_SIZE
+        )
         return JobSnapshot(
             job=job,
             steps=steps,

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import (
+from service.reward_functions.schemas import (
     FUNCTION_NAME,
     MAX_REWARD_FUNCTIONS,
     RewardFunctionCreate,

@@ -1,7 +1,7 @@
 """Live reward updates: read and replace a job's editable config, versioned.
 
 A stored version is picked up by the worker at its next step boundary (see
-workers.training_job.DatabaseObserver.poll_reward_config); nothing here touches a running
+workers.database_observer.DatabaseObserver.poll_reward_config); nothing here touches a running
 trainer directly.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from sandbox.api import RewardCodeError, RewardForm, RewardFunctionSpec
+from service.artifacts.repository import CheckpointRepository
 from service.datasets.repository import DatasetRepository
 from service.errors import (
     BadRequest,
@@ -18,6 +19,8 @@ from service.errors import (
     PreconditionFailed,
     PreconditionRequired,
 )
+from service.events.repository import EventRepository
+from service.job_configs.repository import JobConfigRepository
 from service.job_configs.schemas import (
     DryRunResult,
     JobConfig,
@@ -27,10 +30,11 @@ from service.job_configs.schemas import (
     RewardFunctionConfig,
 )
 from service.jobs.repository import JobRepository
-from service.jobs.schemas import run_settings
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
+from service.jobs.step_repository import StepRepository
 from service.models import Job, JobConfigVersion, RewardFunctionVersion
+from service.reward_functions.schemas import run_settings
 from service.reward_functions.scoring import score_once
 from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
 from service.reward_functions.totals import weighted_total
@@ -43,20 +47,19 @@ def label(name: str, version: int) -> str:
 
 
 def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfig:
-    keys = [(name, int(entry["version"])) for name, entry in config.reward_functions.items()]
-    sources = JobRepository(session).function_sources(job.id, keys)
+    functions = JobConfigRepository(session).stored_functions(config)
     return JobConfig(
         job_id=job.id,
         version=config.version,
         reward_functions={
-            name: RewardFunctionConfig(
-                source=sources[(name, version)].source,
-                weight=float(config.reward_functions[name]["weight"]),
-                **run_settings(config.reward_functions[name]),
-                version=version,
-                label=label(name, version),
+            function.name: RewardFunctionConfig(
+                source=function.source,
+                weight=function.weight,
+                **function.settings,
+                version=function.version,
+                label=label(function.name, function.version),
             )
-            for name, version in keys
+            for function in functions
         },
         temperature=config.temperature,
         top_p=config.top_p,
@@ -70,7 +73,7 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
 
 def get_config(session: Session, tenant_id: str, job_id: str) -> JobConfig:
     job = get_job(session, tenant_id, job_id)
-    config = JobRepository(session).get_config_version(job.id, job.config_version)
+    config = JobConfigRepository(session).get_config_version(job.id, job.config_version)
     assert config is not None, "every job has its current config version"
     return _to_schema(session, job, config)
 
@@ -79,7 +82,7 @@ def list_config_versions(session: Session, tenant_id: str, job_id: str) -> list[
     job = get_job(session, tenant_id, job_id)
     return [
         _to_schema(session, job, config)
-        for config in JobRepository(session).list_config_versions(job.id)
+        for config in JobConfigRepository(session).list_config_versions(job.id)
     ]
 
 
@@ -166,7 +169,7 @@ def first_step_of_next_version(session: Session, job: Job) -> int:
     job starts (or resumes) after its latest checkpoint, with the newest version.
     """
     if job.status == JobStatus.QUEUED.value:
-        checkpoint = JobRepository(session).latest_checkpoint(job.id)
+        checkpoint = CheckpointRepository(session).latest_checkpoint(job.id)
         return (checkpoint.step if checkpoint is not None else 0) + 1
     return job.started_step + 1
 
@@ -193,9 +196,9 @@ def update_config(
         job.secrets_sealed = seal(secrets, get_settings())
         job.secret_names = sorted(secrets)
 
-    repository = JobRepository(session)
-    latest = repository.latest_function_versions(job.id)
-    current = repository.get_config_version(job.id, job.config_version)
+    configs = JobConfigRepository(session)
+    latest = configs.latest_function_versions(job.id)
+    current = configs.get_config_version(job.id, job.config_version)
     assert current is not None
     entries: dict[str, dict[str, float | int]] = {}
     changed, added = [], []
@@ -205,7 +208,7 @@ def update_config(
             version = previous.version
         else:
             version = previous.version + 1 if previous is not None else 1
-            repository.add_function_version(
+            configs.add_function_version(
                 RewardFunctionVersion(
                     job_id=job.id,
                     name=name,
@@ -229,10 +232,10 @@ def update_config(
         temperature=update.temperature if update.temperature is not None else current.temperature,
         top_p=update.top_p if update.top_p is not None else current.top_p,
     )
-    repository.add_config_version(config)
-    repository.notify_changed(job.id)
+    configs.add_config_version(config)
+    JobRepository(session).notify_changed(job.id)
     applies_from = first_step_of_next_version(session, job)
-    repository.add_event(
+    EventRepository(session).add_event(
         job.id,
         "config_stored",
         f"config v{config.version} stored; applies from step {applies_from}",
@@ -262,10 +265,11 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
     _check_read_only_fields(job, update)
     check_reward_functions(update.reward_functions)
     secrets = _secrets_after(job, update)
-    repository = JobRepository(session)
     last_step = job.steps_completed
     completions = (
-        repository.list_completions(job.id, step=last_step, after=None, limit=1_000_000)
+        StepRepository(session).list_completions(
+            job.id, step=last_step, after=None, limit=1_000_000
+        )
         if last_step
         else []
     )

@@ -60,18 +60,24 @@ def get_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
 
 @router.post("/{job_id}/cancel", response_model=Job, responses=error_responses(409))
 def cancel_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
+    """Stop a job: a queued or paused one at once, a running or pausing one at its next step
+    boundary. 409 once it has ended."""
     return Job.model_validate(service.cancel_job(session, tenant_id, job_id))
 
 
 @router.post("/{job_id}/pause", response_model=Job, responses=error_responses(409))
 def pause_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
-    """Checkpoint at the next step boundary and free the worker."""
+    """Pause a running job: it reads ``pausing`` while its worker finishes the step it is on
+    and saves a checkpoint, then ``paused`` once the worker has let go (a ``paused`` event
+    names the step). 409 unless the job is running."""
     return Job.model_validate(service.pause_job(session, tenant_id, job_id))
 
 
 @router.post("/{job_id}/resume", response_model=Job, responses=error_responses(409))
 def resume_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
-    """Continue a paused job from its checkpoint, on any worker."""
+    """Resume a paused job: back to ``queued``, any worker continues from the pause
+    checkpoint. Resuming a ``pausing`` job calls the pause off: it reads ``running`` again and
+    its worker trains on. 409 for any other status."""
     return Job.model_validate(service.resume_job(session, tenant_id, job_id))
 
 

@@ -16,11 +16,14 @@ from service.base_models.service import check_base_model
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.db import after_commit
-from service.errors import BadRequest, Conflict, NotFound
+from service.errors import BadRequest, NotFound
+from service.events.repository import EventRepository
+from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
-from service.jobs.repository import FunctionRecord, JobRepository
+from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.status import JobStatus, ensure_transition
+from service.jobs.step_repository import FunctionRecord, StepRepository
 from service.models import (
     Completion,
     Evaluation,
@@ -105,13 +108,14 @@ def create_job(
             if winner is not None:
                 return winner
         raise
+    configs = JobConfigRepository(session)
     for name, function in payload.reward_functions.items():
-        repository.add_function_version(
+        configs.add_function_version(
             RewardFunctionVersion(
                 job_id=job.id, name=name, version=1, source=function.source, form=forms[name]
             )
         )
-    repository.add_config_version(
+    configs.add_config_version(
         JobConfigVersion(
             job_id=job.id,
             version=1,
@@ -123,11 +127,12 @@ def create_job(
             top_p=payload.hyperparameters.top_p,
         )
     )
-    repository.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
+    events = EventRepository(session)
+    events.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
     for warning in base_model.warnings:
-        repository.add_event(job.id, "warning", warning)
+        events.add_event(job.id, "warning", warning)
     if devices_warning:
-        repository.add_event(job.id, "warning", devices_warning)
+        events.add_event(job.id, "warning", devices_warning)
     job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
     after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
     return job
@@ -204,9 +209,8 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
         reason = hide_server_paths(reason)
         job.failure_reason = reason
     message = f"job {target.value}" + (f": {reason}" if reason else "")
-    repository = JobRepository(session)
-    repository.add_event(job.id, "status", message, data={"status": target.value})
-    repository.notify_changed(job.id)
+    EventRepository(session).add_event(job.id, "status", message, data={"status": target.value})
+    JobRepository(session).notify_changed(job.id)
     return job
 
 
@@ -261,25 +265,28 @@ def _check_devices(payload: JobCreate) -> str | None:
 
 
 def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
-    """A queued job is cancelled at once; a running one stops at its next step boundary."""
+    """A queued or paused job is cancelled at once; a running or pausing one stops at its
+    next step boundary (a pausing job ends cancelled, not paused)."""
     job = get_job(session, tenant_id, job_id, for_update=True)
     return transition(session, job, JobStatus.CANCELLED, reason="cancelled by the user")
 
 
 def pause_job(session: Session, tenant_id: str, job_id: str) -> Job:
-    """The worker checkpoints at its next step boundary, then frees itself for other jobs."""
+    """running -> pausing: the worker (told at once) finishes the step it is on, saves a
+    checkpoint and lets go; then the job reads ``paused`` (a ``paused`` event says after which
+    step). Until then ``resume`` calls the pause off and ``cancel`` stops the job."""
     job = get_job(session, tenant_id, job_id, for_update=True)
-    return transition(session, job, JobStatus.PAUSED, reason=None)
+    return transition(session, job, JobStatus.PAUSING, reason=None)
 
 
 def resume_job(session: Session, tenant_id: str, job_id: str) -> Job:
-    """Back to the queue; any worker continues from the pause checkpoint."""
+    """pausing -> running: the pause is called off, and the worker, which still holds the job,
+    trains on. paused -> queued: any worker continues from the pause checkpoint."""
     job = get_job(session, tenant_id, job_id, for_update=True)
-    if job.status == JobStatus.PAUSED.value and job.worker_id is not None:
-        raise Conflict(
-            f"job {job.id} is still pausing: its worker is finishing the current step and "
-            "saving a checkpoint. Retry in a few seconds."
-        )
+    if job.status == JobStatus.PAUSING.value:
+        # Nothing to queue: the worker still holds the job (and, should it already have
+        # stopped for the pause, queues it again itself, to continue from the checkpoint).
+        return transition(session, job, JobStatus.RUNNING)
     transition(session, job, JobStatus.QUEUED)
     job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
     after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
@@ -291,7 +298,7 @@ def steps_page_json(
 ) -> str:
     """The steps page as JSON text (see service.jobs.step_json)."""
     get_job(session, tenant_id, job_id)
-    rows = JobRepository(session).list_steps(job_id, after_step=after_step, limit=limit + 1)
+    rows = StepRepository(session).list_steps(job_id, after_step=after_step, limit=limit + 1)
     return step_json.steps_page_json(rows, limit)
 
 
@@ -299,7 +306,7 @@ def list_evaluations(
     session: Session, tenant_id: str, job_id: str, *, after_step: int, limit: int
 ) -> list[Evaluation]:
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_evaluations(job_id, after_step=after_step, limit=limit)
+    return StepRepository(session).list_evaluations(job_id, after_step=after_step, limit=limit)
 
 
 # ASCII digits only: str.isdigit() also accepts '²', which int() then refuses.
@@ -330,7 +337,7 @@ def list_completions(
     limit: int,
 ) -> list[Completion]:
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_completions(
+    return StepRepository(session).list_completions(
         job_id, step=step, after=parse_completion_cursor(after), limit=limit
     )
 
@@ -339,7 +346,7 @@ def list_events(
     session: Session, tenant_id: str, job_id: str, *, after_id: int, limit: int
 ) -> list[JobEvent]:
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_events(job_id, after_id=after_id, limit=limit)
+    return EventRepository(session).list_events(job_id, after_id=after_id, limit=limit)
 
 
 def list_function_records(
@@ -354,6 +361,6 @@ def list_function_records(
     limit: int,
 ) -> list[FunctionRecord]:
     get_job(session, tenant_id, job_id)
-    return JobRepository(session).list_function_records(
+    return StepRepository(session).list_function_records(
         model, job_id, step=step, function=function, after_id=after_id, limit=limit
     )

@@ -1,13 +1,203 @@
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.jobs.schemas import RewardFunctionsInput
+from sandbox.api import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_LIMIT, RewardCodeError
+from sandbox.reward_modules import extract_reward_function
 from service.secrets import JobSecrets
 
+FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MAX_REWARD_FUNCTIONS = 16
+MAX_SOURCE_BYTES = 200_000
 MAX_TEST_SAMPLES = 256
+
+# How a function runs, stored with each config version beside its weight: changing them gives
+# a new config version, not a new function version.
+FUNCTION_RUN_SETTINGS = ("max_concurrency", "sample_timeout_s", "rate_limit_per_s")
+
+
+class RewardFunctionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weight: float = Field(1.0, description="Multiplier of this function's score in the total.")
+    max_concurrency: int = Field(
+        DEFAULT_MAX_CONCURRENCY,
+        ge=1,
+        le=MAX_CONCURRENCY_LIMIT,
+        description="Samples of a per-sample function scored at once: `async def` functions "
+        "are awaited together, plain ones run in threads once a sample proves slow (an API "
+        "call). 1 scores them one after another (code that is not thread-safe).",
+    )
+    sample_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Wall limit of one sample (per-sample functions); a slow sample loses only "
+        "its own score. null: the server's default (RFT_REWARD_SAMPLE_TIMEOUT_S).",
+    )
+    rate_limit_per_s: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="At most this many calls start per second (samples of a per-sample "
+        "function, calls of a batch one): keeps a judge API under its quota.",
+    )
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, weight: float) -> float:
+        if not math.isfinite(weight):
+            raise ValueError("weight must be a finite number")
+        return weight
+
+    def config_entry(self, version: int) -> dict[str, Any]:
+        """The function's entry in a stored config version; run settings only when set."""
+        entry: dict[str, Any] = {"version": version, "weight": self.weight}
+        entry.update(self.model_dump(include=set(FUNCTION_RUN_SETTINGS), exclude_defaults=True))
+        return entry
+
+
+def run_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """RewardFunctionSpec keywords from a stored config entry (older entries have none)."""
+    return {key: entry[key] for key in FUNCTION_RUN_SETTINGS if entry.get(key) is not None}
+
+
+class RewardFunctionCreate(RewardFunctionSettings):
+    source: str = Field(
+        description="Python source defining the function: per sample "
+        "`def f(prompt, completion, example) -> float`, or TRL's batch form "
+        "`def f(prompts, completions, **kwargs) -> list[float]`; `async def` too.",
+        max_length=MAX_SOURCE_BYTES,
+    )
+    function: str | None = Field(
+        None,
+        description="With a whole module as `source` (imports, constants, helpers, several "
+        "functions): the function to run. Only it and the module-level names it reaches are "
+        "kept (and stored as this function's source).",
+        max_length=200,
+    )
+
+    @model_validator(mode="after")
+    def _take_function_from_module(self) -> RewardFunctionCreate:
+        if self.function is None:
+            return self
+        try:
+            self.source = extract_reward_function(self.function, self.source, self.function)
+        except RewardCodeError as exc:
+            if "syntax error" in exc.message:
+                return self  # the source checks report it as for any function (400, the line)
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class RewardModuleFunction(RewardFunctionSettings):
+    function: str | None = Field(
+        None, description="The function in the module; default: the reward's own name."
+    )
+
+
+class RewardModule(BaseModel):
+    """A whole reward file and which of its functions are rewards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="The module's source.", max_length=MAX_SOURCE_BYTES)
+    functions: dict[str, RewardModuleFunction] = Field(
+        min_length=1, description="Reward name -> weight and settings; the name is the def's."
+    )
+
+    def function_entries(self) -> dict[str, dict[str, Any]]:
+        """The module's rewards as reward_functions entries: the module and the def to run."""
+        return {
+            name: {
+                "source": self.source,
+                "function": entry.function or name,
+                **entry.model_dump(exclude={"function"}, exclude_defaults=True),
+            }
+            for name, entry in self.functions.items()
+        }
+
+
+def check_reward_function_names(
+    functions: dict[str, RewardFunctionCreate],
+) -> dict[str, RewardFunctionCreate]:
+    if not functions:
+        raise ValueError("give at least one reward function")
+    if len(functions) > MAX_REWARD_FUNCTIONS:
+        raise ValueError(f"at most {MAX_REWARD_FUNCTIONS} reward functions")
+    for name in functions:
+        if not FUNCTION_NAME.match(name):
+            raise ValueError(
+                f"reward function name {name!r} must be an identifier of at most 64 characters"
+            )
+    return functions
+
+
+# A job's functions by name, as JobCreate, config updates and tests take them.
+RewardFunctions = Annotated[
+    dict[str, RewardFunctionCreate], AfterValidator(check_reward_function_names)
+]
+
+
+class RewardModuleInput(BaseModel):
+    """A request's optional reward_module, whose functions join its reward_functions."""
+
+    # At least one reward function, from either field (what check_reward_function_names
+    # enforces once the module's functions are added), for the OpenAPI document.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["reward_module"]},
+                {
+                    "required": ["reward_functions"],
+                    "properties": {"reward_functions": {"minProperties": 1}},
+                },
+            ]
+        }
+    )
+
+    reward_module: RewardModule | None = Field(
+        None,
+        description="One module's source and which of its functions are rewards, beside or "
+        "instead of reward_functions; each is stored as its own function with the "
+        "module-level code it uses.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _add_module_functions(cls, data: Any) -> Any:
+        return with_module_functions(data)
+
+
+class RewardFunctionsInput(RewardModuleInput):
+    """Reward functions one by one, from a module, or both (names must not repeat)."""
+
+    reward_functions: RewardFunctions = Field(
+        description="Functions by name, each with its own source (may be left out, or empty, "
+        "when reward_module names the functions)."
+    )
+
+
+def with_module_functions(data: Any) -> Any:
+    """A request body with its reward_module's functions added to its reward_functions, as
+    ``{"source": <the module>, "function": <the def>, ...}`` entries, before validation."""
+    if not isinstance(data, dict) or data.get("reward_module") is None:
+        return data
+    module = RewardModule.model_validate(data["reward_module"])
+    functions = data.get("reward_functions") or {}
+    if not isinstance(functions, dict):
+        return data  # the field's own validation words the error
+    both = sorted(set(functions) & set(module.functions))
+    if both:
+        raise ValueError(
+            f"reward function {both[0]!r} is given in reward_functions and in reward_module; "
+            "give it once"
+        )
+    return {**data, "reward_functions": {**functions, **module.function_entries()}}
 
 
 class Sample(BaseModel):

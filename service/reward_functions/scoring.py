@@ -8,30 +8,7 @@ from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.process import ProcessSandbox
-from sandbox.settings import Isolation, SandboxSettings
-from service.settings import Settings, get_settings
-
-
-def sandbox_settings(
-    settings: Settings, *, allow_network: bool, secrets: dict[str, str]
-) -> SandboxSettings:
-    isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
-    return SandboxSettings(
-        isolation=isolation,
-        # Without namespaces there is no network to withhold: the flag only means something
-        # under bwrap.
-        allow_network=allow_network and isolation == "bwrap",
-        env=dict(secrets),
-        memory_limit_mb=settings.reward_memory_limit_mb,
-        call_timeout_s=settings.reward_call_timeout_s,
-        load_timeout_s=settings.reward_load_timeout_s,
-        sample_timeout_s=settings.reward_sample_timeout_s,
-        uid_range_first=settings.sandbox_uid_first,
-        uid_range_count=settings.sandbox_uid_count,
-        uid_lock_dir=settings.sandbox_uid_lock_dir,
-        cgroups=settings.sandbox_cgroups,
-        cgroup_pids_max=settings.sandbox_pids_max,
-    )
+from service.settings import Settings, get_settings, sandbox_settings
 
 
 def score_once(

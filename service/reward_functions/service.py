@@ -12,13 +12,14 @@ from sandbox.inspection import inspect_reward_source
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.errors import InvalidRewardFunction
-from service.jobs.schemas import RewardFunctionCreate, run_settings
 from service.reward_functions.schemas import (
     FunctionTestResult,
     RewardErrorOut,
+    RewardFunctionCreate,
     RewardFunctionTest,
     RewardFunctionTestResult,
     Sample,
+    run_settings,
 )
 from service.reward_functions.scoring import score_once
 from service.reward_functions.totals import weighted_total

@@ -68,16 +68,10 @@ def jsonl(rows: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
-def resume_when_paused(client: openai.OpenAI, job_id: str, timeout_s: float = 300) -> Any:
-    """Resume: 409 (retryable) while the worker is still saving the pause checkpoint."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return client.fine_tuning.jobs.resume(job_id)
-        except openai.ConflictError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+def wait_until_let_go(tenant: httpx.Client, job_id: str) -> None:
+    """The worker saved the pause checkpoint and let go: the native API reads ``paused``
+    (OpenAI's reads ``paused`` from the pause on; docs/openai-compat.md)."""
+    wait_until(tenant, job_id, lambda j: j["status"] == "paused", timeout_s=300)
 
 
 def test_a_whole_job_through_the_openai_client(
@@ -119,6 +113,8 @@ def test_a_whole_job_through_the_openai_client(
     # Pause after the first step; change the config live through the native API; resume.
     wait_until(tenant, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
     assert client.fine_tuning.jobs.pause(job.id).status == "paused"
+    assert tenant.get(f"/v1/jobs/{job.id}").json()["status"] in {"pausing", "paused"}
+    wait_until_let_go(tenant, job.id)
     config = tenant.get(f"/v1/jobs/{job.id}/config")
     document = config.json()
     document["reward_functions"]["letter"]["weight"] = 2.0
@@ -126,7 +122,7 @@ def test_a_whole_job_through_the_openai_client(
         f"/v1/jobs/{job.id}/config", json=document, headers={"If-Match": config.headers["ETag"]}
     )
     assert updated.status_code == 200, updated.text
-    assert resume_when_paused(client, job.id).status == "queued"
+    assert client.fine_tuning.jobs.resume(job.id).status == "queued"
 
     finished = wait_until(
         tenant, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
@@ -236,3 +232,54 @@ def test_bad_job_requests_are_openai_errors(client: openai.OpenAI) -> None:
         )
     with pytest.raises(openai.NotFoundError, match="No such fine-tuning job"):
         client.fine_tuning.jobs.retrieve("job_missing")
+
+
+def test_pause_then_resume_or_cancel_never_leaves_the_job_stuck(
+    client: openai.OpenAI, tenant: httpx.Client
+) -> None:
+    """OpenAI has no "pausing": a job reads "paused" from the pause on. Code written for OpenAI
+    that resumes (or cancels) it, at once or once it reads paused, is never refused."""
+    training = client.files.create(file=("train.jsonl", jsonl(ROWS)), purpose="fine-tune")
+
+    def start() -> Any:
+        # 8 rows, 2 a step, 4 epochs: 16 steps, enough to pause twice before the end.
+        job = client.fine_tuning.jobs.create(
+            model="rft-tiny",
+            training_file=training.id,
+            method=reinforcement(GRADER, {"n_epochs": 4, "batch_size": 2}),
+        )
+        wait_until(tenant, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
+        return job
+
+    job = start()
+    # Pause, poll until it reads paused, resume: no 409 while the worker is still saving the
+    # checkpoint (the pause is called off), nor after (the job is queued again).
+    assert client.fine_tuning.jobs.pause(job.id).status == "paused"
+    deadline = time.monotonic() + 60
+    while client.fine_tuning.jobs.retrieve(job.id).status != "paused":
+        assert time.monotonic() < deadline, "the job never read paused"
+        time.sleep(0.2)
+    assert client.fine_tuning.jobs.resume(job.id).status in {"running", "queued"}
+
+    # Pause, and resume only once the worker has let go: the job is queued again.
+    wait_until(tenant, job.id, lambda j: j["status"] == "running", timeout_s=300)
+    assert client.fine_tuning.jobs.pause(job.id).status == "paused"
+    wait_until_let_go(tenant, job.id)
+    assert client.fine_tuning.jobs.retrieve(job.id).status == "paused"
+    assert client.fine_tuning.jobs.resume(job.id).status == "queued"
+
+    finished = wait_until(
+        tenant, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
+    )
+    assert finished["status"] == "succeeded", finished["failure_reason"]
+    assert client.fine_tuning.jobs.retrieve(job.id).status == "succeeded"
+
+    # Pause, then cancel at once: the job ends cancelled.
+    other = start()
+    assert client.fine_tuning.jobs.pause(other.id).status == "paused"
+    assert client.fine_tuning.jobs.cancel(other.id).status == "cancelled"
+    ended = wait_until(
+        tenant, other.id, lambda j: j["status"] in {"succeeded", "failed", "cancelled"}
+    )
+    assert ended["status"] == "cancelled"
+    assert client.fine_tuning.jobs.retrieve(other.id).status == "cancelled"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.training.records import CompletionRecord, FunctionStepMetrics, StepRecord
+from workers.training.step_records import CompletionRecord, FunctionStepMetrics, StepRecord
 
 
 def step_record(step: int, *, completions: int = 4, config_version: int = 1) -> StepRecord:

@@ -14,8 +14,8 @@ from service.db import session_scope
 from service.models import Checkpoint, Completion, Job, JobEvent, Step
 from service.settings import get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
-from workers.recording import BackgroundWriter, RecordingFailed, store_step
-from workers.training_job import DatabaseObserver
+from workers.database_observer import DatabaseObserver
+from workers.step_store import BackgroundWriter, RecordingFailed, store_step
 
 from .steps import step_record
 

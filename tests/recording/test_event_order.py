@@ -8,7 +8,7 @@ import time
 from sqlalchemy import select, text
 
 from service.db import session_scope
-from service.jobs.repository import JobRepository
+from service.events.repository import EventRepository
 from service.models import Job
 
 
@@ -27,7 +27,7 @@ def test_a_second_writer_waits_for_the_first_to_commit(job_id: str) -> None:
 
     def second_writer() -> None:
         with session_scope() as session:
-            repository = JobRepository(session)
+            repository = EventRepository(session)
             repository.add_event(job_id, "second", "added while the first is open")
             session.flush()
             later_ids.extend(
@@ -35,7 +35,7 @@ def test_a_second_writer_waits_for_the_first_to_commit(job_id: str) -> None:
             )
 
     with session_scope() as first:
-        JobRepository(first).add_event(job_id, "first", "open transaction")
+        EventRepository(first).add_event(job_id, "first", "open transaction")
         first.flush()
         writer = threading.Thread(target=second_writer)
         writer.start()
@@ -48,7 +48,7 @@ def test_a_second_writer_waits_for_the_first_to_commit(job_id: str) -> None:
     writer.join(timeout=30)
 
     with session_scope() as session:
-        events = JobRepository(session).list_events(job_id, after_id=0, limit=10)
+        events = EventRepository(session).list_events(job_id, after_id=0, limit=10)
     assert [event.kind for event in events] == ["first", "second"]  # id order = commit order
     assert later_ids == [event.id for event in events]
 
@@ -68,7 +68,7 @@ def test_an_event_added_under_the_row_lock_never_deadlocks_with_a_plain_event(
     def plain_writer() -> None:
         try:
             with session_scope() as session:
-                JobRepository(session).add_event(job_id, "plain", "the worker's event")
+                EventRepository(session).add_event(job_id, "plain", "the worker's event")
         except BaseException as exc:
             failures.append(exc)
 
@@ -83,11 +83,11 @@ def test_an_event_added_under_the_row_lock_never_deadlocks_with_a_plain_event(
             time.sleep(0.02)
         # Taking the event lock before the row lock, the plain writer would now hold it and
         # this add_event would close a cycle: Postgres aborts one of the two.
-        JobRepository(holder).add_event(job_id, "after-row-lock", "the cancel's event")
+        EventRepository(holder).add_event(job_id, "after-row-lock", "the cancel's event")
         holder.flush()
     writer.join(timeout=30)
 
     assert not failures, failures
     with session_scope() as session:
-        events = JobRepository(session).list_events(job_id, after_id=0, limit=10)
+        events = EventRepository(session).list_events(job_id, after_id=0, limit=10)
     assert [event.kind for event in events] == ["after-row-lock", "plain"]

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import delete, select, update
 
 from service.db import session_scope
-from service.jobs.repository import JobRepository
+from service.events.repository import EventRepository
 from service.models import Job, JobNode
 from service.settings import get_settings
 from workers import placement
@@ -82,7 +82,7 @@ def test_a_placement_left_by_workers_that_are_gone_is_replaced_and_said_so(
     assert fresh.placement_id != old.placement_id
     assert nodes(two_node_job) == [(0, "w1", fresh.placement_id)]
     with session_scope() as session:
-        events = JobRepository(session).list_events(two_node_job, after_id=0, limit=50)
+        events = EventRepository(session).list_events(two_node_job, after_id=0, limit=50)
         kinds = [event.kind for event in events]
     assert "placement_timeout" in kinds
     # The gone worker's message was spent: one message is queued again in its place.

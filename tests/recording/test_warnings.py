@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.models import Job, JobEvent
-from workers.training_job import store_warning
+from workers.database_observer import store_warning
 from workers.training_signals import FUNCTION_FLAT, NO_SIGNAL, TrainingWarning
 
 

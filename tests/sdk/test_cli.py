@@ -216,7 +216,7 @@ def test_pause_resume_checkpoints_adapters_and_chat_prompts(
     assert job.id in invoke(narrow, "jobs", "list")
 
     rft_client.jobs.wait(job.id, until_step=1, timeout=300, poll_interval=0.2)
-    assert f"{job.id} paused" in invoke(cli, "jobs", "pause", job.id)
+    assert f"{job.id} pausing" in invoke(cli, "jobs", "pause", job.id)
     wait_for_worker_to_let_go(rft_client, job.id)
     paused_at = rft_client.jobs.get(job.id).steps_completed
 

@@ -11,7 +11,7 @@ from service.demo import demo_dataset
 from service.jobs.hyperparameters import Hyperparameters
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.grpo import TrainingSpec
-from workers.training.records import RewardConfig
+from workers.training.step_records import RewardConfig
 
 from .harness import letter_config, reward_sandbox
 

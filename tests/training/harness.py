@@ -10,7 +10,7 @@ from sandbox.api import RewardFunctionSpec, RewardSandbox
 from sandbox.process import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.demo import demo_rewards_source
-from workers.training.records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig, StepRecord
 
 
 def reward_sandbox() -> RewardSandbox:

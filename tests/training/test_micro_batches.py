@@ -9,8 +9,8 @@ import pytest
 
 from sandbox.api import RewardSandbox
 from workers.training.grpo import TrainingSpec, build_trainer, run_grpo
-from workers.training.records import StepRecord
 from workers.training.reward_dispatch import RewardDispatcher
+from workers.training.step_records import StepRecord
 from workers.training.stop_sequences import stop_length
 
 from .harness import RecordingObserver

@@ -8,13 +8,13 @@ import pytest
 from sandbox.api import RewardFunctionSpec, RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec
-from workers.training.records import RewardConfig
 from workers.training.reward_dispatch import (
     DATASET_INDEX_COLUMN,
     RewardDispatcher,
     completion_text,
     trl_weighted_totals,
 )
+from workers.training.step_records import RewardConfig
 
 from .harness import reward_sandbox
 

@@ -15,7 +15,7 @@ from service.demo.rewards import brevity, letter_fraction
 from service.jobs.hyperparameters import Hyperparameters
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
-from workers.training.records import RewardConfig
+from workers.training.step_records import RewardConfig
 
 from .harness import RecordingObserver, letter_config, reward_sandbox
 

@@ -3,6 +3,7 @@ before a job comes must change nothing a job sees, and it leaves nothing running
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -32,8 +33,13 @@ SECRET_LENGTH = RewardFunctionSpec(
 
 
 def rank_job(spec: TrainingSpec, secrets: dict[str, str] | None = None) -> RankJob:
+    # The job's secrets travel with its reward config.
+    config = dataclasses.replace(spec.reward_config, secrets=secrets or {})
     return RankJob(
-        spec=spec, allow_network=False, secrets=secrets or {}, packages_path=None, report_to=[]
+        spec=dataclasses.replace(spec, reward_config=config),
+        allow_network=False,
+        packages_path=None,
+        report_to=[],
     )
 
 

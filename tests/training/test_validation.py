@@ -10,7 +10,7 @@ import pytest
 from sandbox.api import RewardFunctionSpec, RewardSandbox
 from service.demo import demo_dataset, demo_rewards_source
 from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.records import RewardConfig
+from workers.training.step_records import RewardConfig
 
 from .harness import RecordingObserver
 

@@ -24,6 +24,7 @@ def pause_and_resume(client: httpx.Client, job_id: str) -> int:
     """Pause, wait for the worker's checkpoint, resume; returns the step it paused at."""
     paused = client.post(f"/v1/jobs/{job_id}/pause")
     assert paused.status_code == 200, paused.text
+    assert paused.json()["status"] == "pausing"
     deadline = time.monotonic() + 120
     history = f"/v1/jobs/{job_id}/events/history"
     while not any(e["kind"] == "paused" for e in all_pages(client, history)):

@@ -17,8 +17,21 @@ def test_terminal_statuses_have_no_way_out() -> None:
         (JobStatus.QUEUED, JobStatus.RUNNING, True),
         (JobStatus.QUEUED, JobStatus.CANCELLED, True),
         (JobStatus.RUNNING, JobStatus.SUCCEEDED, True),
-        (JobStatus.RUNNING, JobStatus.PAUSED, True),
+        (JobStatus.RUNNING, JobStatus.PAUSING, True),
         (JobStatus.PAUSED, JobStatus.QUEUED, True),
+        # Pausing: the worker is finishing its step and saving the checkpoint.
+        (JobStatus.PAUSING, JobStatus.PAUSED, True),  # the worker let go
+        (JobStatus.PAUSING, JobStatus.RUNNING, True),  # resume: the pause is called off
+        (JobStatus.PAUSING, JobStatus.CANCELLED, True),
+        (JobStatus.PAUSING, JobStatus.SUCCEEDED, True),  # its last step
+        (JobStatus.PAUSING, JobStatus.FAILED, True),
+        (JobStatus.PAUSING, JobStatus.QUEUED, False),  # the worker still holds it
+        (JobStatus.PAUSING, JobStatus.PAUSING, False),
+        (JobStatus.RUNNING, JobStatus.PAUSED, False),  # only through pausing
+        (JobStatus.QUEUED, JobStatus.PAUSING, False),
+        (JobStatus.PAUSED, JobStatus.RUNNING, False),  # resume queues it: a worker takes it
+        (JobStatus.PAUSED, JobStatus.PAUSING, False),
+        (JobStatus.PAUSED, JobStatus.CANCELLED, True),
         (JobStatus.QUEUED, JobStatus.SUCCEEDED, False),
         (JobStatus.SUCCEEDED, JobStatus.RUNNING, False),
         (JobStatus.CANCELLED, JobStatus.CANCELLED, False),
@@ -27,6 +40,12 @@ def test_terminal_statuses_have_no_way_out() -> None:
 )
 def test_transition_table(current: JobStatus, target: JobStatus, allowed: bool) -> None:
     assert can_transition(current, target) is allowed
+
+
+def test_a_pausing_job_still_has_its_worker_and_a_paused_one_has_none() -> None:
+    assert JobStatus.PAUSING.has_worker and JobStatus.RUNNING.has_worker
+    assert not JobStatus.PAUSED.has_worker and not JobStatus.QUEUED.has_worker
+    assert not JobStatus.PAUSING.is_terminal and not JobStatus.PAUSED.is_terminal
 
 
 def test_illegal_transition_is_a_409_naming_both_states() -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.reward_functions.scoring import sandbox_settings
-from service.settings import Settings
+from service.settings import Settings, sandbox_settings
 
 
 def test_cgroup_settings_reach_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from service.server_paths import hide_paths_in, hide_server_paths
 from service.settings import Settings
-from workers.training_job import describe_failure
+from workers.failures import describe_failure
 
 
 def test_a_failure_quoting_server_folders_names_them_by_role(tmp_path: Path) -> None:

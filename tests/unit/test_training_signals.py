@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.training.records import CompletionRecord, FunctionStepMetrics, StepRecord
+from workers.training.step_records import CompletionRecord, FunctionStepMetrics, StepRecord
 from workers.training_signals import (
     FUNCTION_FLAT,
     LENGTH_COLLAPSE,

@@ -13,16 +13,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.failures import EngineUnavailable
+
 # How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
 DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
 FSDP_ENGINE = "fsdp"
 # The engines launched by ``accelerate launch --config_file`` (accelerate_config).
 ACCELERATE_ENGINES = frozenset({*DEEPSPEED_ZERO_STAGES, FSDP_ENGINE})
 ACCELERATE_CONFIG = "accelerate.yaml"
-
-
-class EngineUnavailable(RuntimeError):
-    """This worker cannot run the engine a job asks for; the message says why."""
 
 
 @dataclass(frozen=True)

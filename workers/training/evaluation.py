@@ -22,11 +22,11 @@ import torch
 from trl.models import unwrap_model_for_generation
 
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.ranks import RankGroup
-from workers.training.recording_trainer import RecordingGRPOTrainer
-from workers.training.records import EvalRecord, FunctionStepMetrics
 from workers.training.reward_dispatch import RewardDispatcher, function_score, score_samples
-from workers.training.step_reporting import mean_and_std
+from workers.training.reward_stats import function_metrics, mean_and_std
+from workers.training.step_records import EvalRecord
 
 logger = logging.getLogger(__name__)
 
@@ -132,15 +132,11 @@ class Evaluator:
         totals = [total for part in shares for total in part.totals]
         functions = {}
         for spec in config.functions:
-            scores = [score for part in shares for score in part.scores[spec.name]]
-            mean, std = mean_and_std(scores)
-            functions[spec.name] = FunctionStepMetrics(
-                name=spec.name,
-                version=spec.version,
-                weight=spec.weight,
-                mean=mean,
-                std=std,
-                scored=sum(1 for s in scores if s is not None),
+            functions[spec.name] = function_metrics(
+                spec.name,
+                spec.version,
+                spec.weight,
+                [score for part in shares for score in part.scores[spec.name]],
                 errors=sum(part.errors.get(spec.name, 0) for part in shares),
             )
         reward_mean, reward_std = mean_and_std(totals)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
+from workers.failures import GenerationSetupError
 
 Device = Literal["cuda", "cpu"]
 
@@ -29,10 +30,6 @@ INSTALL_HINT = (
     "install the `vllm` extra on a GPU machine (pip install 'rft-service[vllm]'), or vLLM's "
     "CPU build on a machine without one (see scripts/setup_vllm.sh)"
 )
-
-
-class GenerationSetupError(RuntimeError):
-    """The worker's generation settings cannot work on this machine."""
 
 
 @dataclass(frozen=True)

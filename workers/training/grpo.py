@@ -26,8 +26,8 @@ from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
-from workers.training.recording_trainer import RecordingGRPOTrainer
-from workers.training.records import TrainingObserver
+from workers.training.grpo_trainer import RecordingGRPOTrainer
+from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_reporting import StepReporter

@@ -30,18 +30,18 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol, cast
+from typing import IO, TYPE_CHECKING, cast
 
+from workers.failures import EngineUnavailable, TrainingProcessError
 from workers.training.engines import (
     ACCELERATE_CONFIG,
     ACCELERATE_ENGINES,
-    EngineUnavailable,
     Rendezvous,
     accelerate_config,
     check_engine_available,
 )
+from workers.training.observer import TrainingObserver
 from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
-from workers.training.records import TrainingObserver
 
 if TYPE_CHECKING:
     from workers.training.spec import TrainingOutcome
@@ -56,36 +56,9 @@ _OBSERVER_CALLS = frozenset(
 )
 
 
-class TrainingProcessError(RuntimeError):
-    """The training processes failed; the message is the job's failure reason."""
-
-
 # Called twice a second while a job's processes run: raises (NodeLost, or
 # TrainingProcessError) when they must stop now, e.g. a node of the job was lost.
 Watchdog = Callable[[], None]
-
-
-class NodeLost(RuntimeError):
-    """A job over several machines lost one of them (or was taken from this one)."""
-
-
-class EnvironmentRecorder:
-    """Stands in for the sandbox on the worker's observer: a config update's new secrets are
-    recorded here and sent to the ranks, whose sandboxes restart with them."""
-
-    def __init__(self) -> None:
-        self.staged: dict[str, str] | None = None
-
-    def stage_environment(self, environment: dict[str, str]) -> None:
-        self.staged = dict(environment)
-
-    def take(self) -> dict[str, str] | None:
-        staged, self.staged = self.staged, None
-        return staged
-
-
-class StagesEnvironment(Protocol):
-    def stage_environment(self, environment: dict[str, str]) -> None: ...
 
 
 _spare: subprocess.Popen[bytes] | None = None
@@ -194,7 +167,6 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_G
 def run_grpo_in_processes(
     job: RankJob,
     observer: TrainingObserver,
-    environment: EnvironmentRecorder,
     *,
     num_processes: int = 1,
     engine: str = "ddp",
@@ -203,8 +175,7 @@ def run_grpo_in_processes(
 ) -> TrainingOutcome:
     """Train ``job`` on ``num_processes`` processes; the TrainingOutcome of rank 0.
 
-    ``environment`` is what the observer stages new secrets on (its ``sandbox``). With a
-    ``rendezvous`` these are node 0's processes (rank 0 among them) of a job over several
+    With a ``rendezvous`` these are node 0's processes (rank 0 among them) of a job over several
     machines. ``watchdog`` is called twice a second; what it raises (a lost node) ends the run,
     every process here stopped first.
     Raises TrainingProcessError when the processes fail, and whatever the observer raises.
@@ -225,7 +196,6 @@ def run_grpo_in_processes(
                     connection,
                     launcher,
                     observer,
-                    environment,
                     job_dir,
                     after_first_step=_start_spare_here if one_spare else None,
                     watchdog=watchdog,
@@ -308,7 +278,6 @@ def _serve(
     connection: Connection,
     launcher: subprocess.Popen[bytes],
     observer: TrainingObserver,
-    environment: EnvironmentRecorder,
     job_dir: Path,
     after_first_step: Callable[[], None] | None = None,
     watchdog: Watchdog | None = None,
@@ -335,8 +304,6 @@ def _serve(
         if method == "on_step" and after_first_step is not None:
             after_first_step()
             after_first_step = None
-        if method == "poll_reward_config":
-            reply = (reply, environment.take())
         connection.send(reply)
 
 

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
     from workers.job_sandbox import JobSandbox
     from workers.training.ranks import RankGroup
-    from workers.training.records import RewardConfig, StepRecord
     from workers.training.spec import TrainingSpec
+    from workers.training.step_records import RewardConfig, StepRecord
 
 JOB_FILE = "job.pickle"
 WORKER_SOCKET = "worker.sock"
@@ -56,9 +56,8 @@ logger = logging.getLogger("workers.training.rank_process")
 class RankJob:
     """What every rank of one job needs; the worker writes it (pickled) into the job folder."""
 
-    spec: TrainingSpec
+    spec: TrainingSpec  # its reward_config carries the job's secrets
     allow_network: bool
-    secrets: dict[str, str]
     # Runtime packages installed by the worker, added to the sandbox's path.
     packages_path: Path | None
     report_to: list[str]
@@ -98,13 +97,13 @@ class RankObserver:
         return self.worker.recv()
 
     def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
-        answer: tuple[RewardConfig | None, dict[str, str] | None] = self.ranks.from_main(
+        config: RewardConfig | None = self.ranks.from_main(
             lambda: self._ask("poll_reward_config", current_version, starting_step)
         )
-        config, environment = answer
-        if environment is not None:
-            # New secrets: this rank's sandbox restarts with them when the config loads.
-            self.sandbox.stage_environment(environment)
+        if config is not None:
+            # The version's secrets (an update may rotate them): this rank's sandbox restarts
+            # with them when it loads the version's functions (nothing restarts if unchanged).
+            self.sandbox.stage_environment(config.secrets)
         return config
 
     def should_stop(self) -> str | None:
@@ -128,8 +127,7 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
     """The job's sandbox; ``started`` (a spare's, started before the job came) serves as its
     first processes when the job would start exactly the same sandbox, else it is closed."""
     from sandbox.process import ProcessSandbox
-    from service.reward_functions.scoring import sandbox_settings
-    from service.settings import get_settings
+    from service.settings import get_settings, sandbox_settings
     from workers.job_sandbox import JobSandbox
 
     def start(secrets: dict[str, str]) -> ProcessSandbox:
@@ -145,7 +143,7 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
         return ProcessSandbox(config)
 
     try:
-        return JobSandbox(start, job.secrets)
+        return JobSandbox(start, job.spec.reward_config.secrets)
     finally:
         if started is not None:  # the job's sandbox failed to start before it was offered
             started.close()
@@ -158,8 +156,7 @@ def _start_sandbox_ahead() -> ProcessSandbox | None:
     loaded nothing: a job's reward code goes into them as into new ones. None where it cannot
     start; the job then starts its own (and fails saying why)."""
     from sandbox.process import ProcessSandbox
-    from service.reward_functions.scoring import sandbox_settings
-    from service.settings import get_settings
+    from service.settings import get_settings, sandbox_settings
 
     try:
         return ProcessSandbox(sandbox_settings(get_settings(), allow_network=False, secrets={}))
@@ -189,7 +186,7 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         ahead, sandbox_ahead = sandbox_ahead, None
         sandbox = _open_sandbox(job, ahead)
         observer = RankObserver(worker, sandbox)
-        with tracker_environment(job.report_to, job.secrets):
+        with tracker_environment(job.report_to, job.spec.reward_config.secrets):
             outcome = run_grpo(job.spec, sandbox, observer)
         if worker is not None:
             worker.send(("finished", (outcome,)))
@@ -197,7 +194,7 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         return 0
     except BaseException as exc:
         logger.exception("rank %d failed", rank)
-        from workers.training_job import describe_failure
+        from workers.failures import describe_failure
 
         reason = describe_failure(exc)
         # Another rank's failure reaches the worker only as torchrun's exit: leave the reason
@@ -240,7 +237,7 @@ def _warm_imports() -> None:
     import workers.training.ranks
     import workers.training.trackers  # noqa: F401
     from sandbox.process import ProcessSandbox  # noqa: F401
-    from service.reward_functions.scoring import sandbox_settings  # noqa: F401
+    from service.settings import sandbox_settings  # noqa: F401
     from workers.job_sandbox import JobSandbox  # noqa: F401
 
 

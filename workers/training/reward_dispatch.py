@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from sandbox.api import FunctionResult, RewardSandbox, ScoringBatch
-from workers.training.records import RewardConfig
+from workers.training.step_records import RewardConfig
 
 REWARD_FUNCTION_NAME = "rft_reward"
 # Added to every dataset row so a completion can be traced back to its row; never shown to users.

@@ -17,7 +17,7 @@ from workers.training.generation import (
     GenerationSetupError,
     transformers_generation,
 )
-from workers.training.records import RewardConfig
+from workers.training.step_records import RewardConfig
 
 
 @dataclass

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,15 +12,12 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from sandbox.api import RewardCodeError
+from workers.training.grpo_trainer import RecordingGRPOTrainer
+from workers.training.observer import TrainingObserver
 from workers.training.ranks import RankGroup, merge_generations
-from workers.training.recording_trainer import RecordingGRPOTrainer
-from workers.training.records import (
-    CompletionRecord,
-    FunctionStepMetrics,
-    StepRecord,
-    TrainingObserver,
-)
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
+from workers.training.reward_stats import function_metrics, mean_and_std
+from workers.training.step_records import CompletionRecord, StepRecord
 
 if TYPE_CHECKING:
     from workers.training.evaluation import Evaluator
@@ -31,15 +26,6 @@ logger = logging.getLogger(__name__)
 
 # Log keys with a field of their own in StepRecord, or about reward, which we compute ourselves.
 _OWN_FIELDS = frozenset({"loss", "kl", "learning_rate", "reward", "reward_std", "epoch"})
-
-
-def mean_and_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """Mean and sample std (as TRL logs reward_std) over the values that exist."""
-    present = [v for v in values if v is not None and not math.isnan(v)]
-    if not present:
-        return None, None
-    std = statistics.stdev(present) if len(present) > 1 else 0.0
-    return statistics.fmean(present), std
 
 
 class StepReporter(TrainerCallback):
@@ -197,15 +183,11 @@ class StepReporter(TrainerCallback):
         functions = {}
         for name in names:
             result = generation.results.get(name)
-            scores = result.scores if result is not None else []
-            mean, std = mean_and_std(scores)
-            functions[name] = FunctionStepMetrics(
-                name=name,
-                version=generation.versions[name],
-                weight=generation.weights[name],
-                mean=mean,
-                std=std,
-                scored=sum(1 for s in scores if s is not None),
+            functions[name] = function_metrics(
+                name,
+                generation.versions[name],
+                generation.weights[name],
+                result.scores if result is not None else [],
                 errors=result.failed_samples if result is not None else len(completions),
             )
         reward_mean, reward_std = mean_and_std(generation.totals)

@@ -14,6 +14,8 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from workers.failures import TrackerSetupError
+
 # What each tracker reads from the environment (transformers' integration_utils).
 TRACKER_ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "wandb": (
@@ -45,10 +47,6 @@ TRACKER_PACKAGE = {
     "tensorboard": "tensorboard",
     "trackio": "trackio",
 }
-
-
-class TrackerSetupError(RuntimeError):
-    """The job asked for a tracker this worker cannot report to."""
 
 
 def check_trackers_installed(report_to: Sequence[str]) -> None:

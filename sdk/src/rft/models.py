@@ -44,8 +44,12 @@ class DatasetDetail(Dataset):
 
 
 class JobStatus(StrEnum):
+    """``pausing``: paused by the user, its worker still finishing the step and saving the
+    checkpoint (``resume`` calls the pause off); ``paused`` once the worker has let go."""
+
     QUEUED = "queued"
     RUNNING = "running"
+    PAUSING = "pausing"
     PAUSED = "paused"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

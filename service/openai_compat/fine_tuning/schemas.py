@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.openai_compat.graders.schemas import Grader
 
 Auto = Literal["auto"]
+# OpenAI's words; rft's "pausing" reads "paused" (service.openai_status).
+FineTuningJobStatus = Literal[
+    "validating_files", "queued", "running", "succeeded", "failed", "cancelled", "paused"
+]
 
 
 class ReinforcementHyperparameters(BaseModel):
@@ -80,9 +84,7 @@ class FineTuningJob(BaseModel):
     organization_id: str
     result_files: list[str] = Field(default_factory=list)
     seed: int
-    status: Literal[
-        "validating_files", "queued", "running", "succeeded", "failed", "cancelled", "paused"
-    ]
+    status: FineTuningJobStatus
     trained_tokens: int | None = None
     training_file: str
     validation_file: str | None = None

@@ -15,14 +15,17 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
+from service.artifacts.repository import CheckpointRepository
 from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
+from service.events.repository import EventRepository
 from service.inference.service import fine_tuned_model_name
+from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
 from service.jobs.hyperparameters import Hyperparameters
-from service.jobs.repository import JobRepository
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus
+from service.jobs.step_repository import StepRepository
 from service.models import Job
 from service.openai_compat.files.schemas import OpenAIPage
 from service.openai_compat.fine_tuning.schemas import (
@@ -31,6 +34,7 @@ from service.openai_compat.fine_tuning.schemas import (
     FineTuningJobCheckpoint,
     FineTuningJobCreate,
     FineTuningJobEvent,
+    FineTuningJobStatus,
     JobError,
     JobHyperparameters,
     ReinforcementHyperparameters,
@@ -65,6 +69,25 @@ class InvalidJobRequest(BadRequest):
 
 def unix(moment: datetime | None) -> int | None:
     return int(moment.timestamp()) if moment is not None else None
+
+
+# OpenAI's job statuses have no "pausing" (the worker finishing its step and saving the pause
+# checkpoint): such a job reads "paused" at once, as code written for OpenAI expects after a
+# pause. A resume then calls the pause off (the job reads "running" again) and a cancel stops
+# it: a client that took "paused" at its word is never refused (docs/openai-compat.md).
+OPENAI_STATUSES: dict[JobStatus, FineTuningJobStatus] = {
+    JobStatus.QUEUED: "queued",
+    JobStatus.RUNNING: "running",
+    JobStatus.PAUSING: "paused",
+    JobStatus.PAUSED: "paused",
+    JobStatus.SUCCEEDED: "succeeded",
+    JobStatus.FAILED: "failed",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+def openai_status(status: JobStatus) -> FineTuningJobStatus:
+    return OPENAI_STATUSES[status]
 
 
 # --- hyperparameters ---------------------------------------------------------------------
@@ -184,7 +207,7 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
     )
     job = jobs.create_job(session, tenant_id, payload)
     if theirs.reasoning_effort not in (None, "default"):
-        JobRepository(session).add_event(
+        EventRepository(session).add_event(
             job.id,
             "warning",
             f"reasoning_effort={theirs.reasoning_effort!r} has no effect: open models here "
@@ -217,7 +240,7 @@ def integrations(given: list[dict[str, Any]] | None) -> tuple[list[str], dict[st
 
 def job_grader(session: Session, job: Job) -> Any | None:
     """The grader a job was created with, read back from its compiled reward source."""
-    for name, version in JobRepository(session).latest_function_versions(job.id).items():
+    for name, version in JobConfigRepository(session).latest_function_versions(job.id).items():
         grader = grader_in_source(version.source)
         if grader is not None and reward_name(str(grader.get("name", ""))) == name:
             try:
@@ -253,7 +276,7 @@ def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> Fine
         model=job.base_model,
         organization_id=job.tenant_id,
         seed=int(job.hyperparameters.get("seed", 0)),
-        status=status.value,
+        status=openai_status(status),
         training_file=job.dataset_id,
         validation_file=job.validation_dataset_id,
         suffix=job.name,
@@ -308,7 +331,6 @@ def list_events(
     """Newest first, as OpenAI lists them: the job's events as messages and each training
     step as a metrics event (reward means, per-grader scores and errors, validation reward)."""
     job = get_job(session, tenant_id, job_id)
-    repository = JobRepository(session)
     # Ordered by the exact time (the objects carry whole seconds), then by id or step.
     timed = [
         (
@@ -323,7 +345,7 @@ def list_events(
                 type="message",
             ),
         )
-        for event in repository.list_events(job.id, after_id=0, limit=1_000_000)
+        for event in EventRepository(session).list_events(job.id, after_id=0, limit=1_000_000)
     ]
     timed.extend(step_events(session, job))
     timed.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
@@ -331,7 +353,7 @@ def list_events(
 
 
 def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTuningJobEvent]]:
-    repository = JobRepository(session)
+    repository = StepRepository(session)
     grader = job_grader(session, job)
     main = reward_name(grader.name) if grader is not None else None
     parts = part_reward_names(grader) if grader is not None else {}
@@ -388,11 +410,9 @@ def list_checkpoints(
     session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
 ) -> OpenAIPage[FineTuningJobCheckpoint]:
     job = get_job(session, tenant_id, job_id)
-    repository = JobRepository(session)
-    steps = {
-        row["step"]: row for row in repository.list_steps(job.id, after_step=0, limit=1_000_000)
-    }
-    rewards = repository.evaluation_rewards(job.id)
+    records = StepRepository(session)
+    steps = {row["step"]: row for row in records.list_steps(job.id, after_step=0, limit=1_000_000)}
+    rewards = records.evaluation_rewards(job.id)
     checkpoints = [
         FineTuningJobCheckpoint(
             id=f"ftckpt-{job.id}-{checkpoint.step}",
@@ -412,7 +432,9 @@ def list_checkpoints(
             ),
         )
         for checkpoint in sorted(
-            repository.list_checkpoints(job.id), key=lambda c: c.step, reverse=True
+            CheckpointRepository(session).list_checkpoints(job.id),
+            key=lambda c: c.step,
+            reverse=True,
         )
     ]
     return page_after(checkpoints, limit, after)

@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from service.errors import BadRequest
-from service.jobs.schemas import RewardFunctionCreate
 from service.openai_compat.graders import runtime
 from service.openai_compat.graders.schemas import Grader, MultiGrader, PythonGrader
+from service.reward_functions.schemas import RewardFunctionCreate
 from service.settings import Settings
 
 RUNTIME_SOURCE = Path(runtime.__file__).read_text()

@@ -19,7 +19,7 @@ from rft.cli.summaries import dry_run_summary, prompt_as_text
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
-from rft.models import Completion, Job, JobEvent, Step
+from rft.models import Completion, Job, JobEvent, JobStatus, Step
 
 app = typer.Typer(help="rft: GRPO reinforcement fine-tuning as a service.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
@@ -187,7 +187,7 @@ def get_job(context: typer.Context, job_id: str) -> None:
 @jobs_app.command("cancel")
 @reports_errors
 def cancel_job(context: typer.Context, job_id: str) -> None:
-    """Stop a queued or running job."""
+    """Stop a job: queued, running, pausing or paused."""
     job = client_for(context).jobs.cancel(job_id)
     console.print(f"{job.id} {job.status.value}")
 
@@ -195,17 +195,26 @@ def cancel_job(context: typer.Context, job_id: str) -> None:
 @jobs_app.command("pause")
 @reports_errors
 def pause_job(context: typer.Context, job_id: str) -> None:
-    """Checkpoint at the next step and free the worker; `rft jobs resume` continues."""
+    """Checkpoint at the next step and free the worker; `rft jobs resume` continues.
+
+    The job is `pausing` until the worker has saved the checkpoint, then `paused`.
+    """
     job = client_for(context).jobs.pause(job_id)
-    console.print(f"{job.id} {job.status.value} (the worker saves a checkpoint, then lets go)")
+    console.print(
+        f"{job.id} {job.status.value} (the worker saves a checkpoint and lets go; the job "
+        "then reads paused)"
+    )
 
 
 @jobs_app.command("resume")
 @reports_errors
 def resume_job(context: typer.Context, job_id: str) -> None:
-    """Continue a paused job from its checkpoint."""
+    """Continue a paused job from its checkpoint, or call off a pause still in progress."""
     job = client_for(context).jobs.resume(job_id)
-    console.print(f"{job.id} {job.status.value}")
+    if job.status == JobStatus.RUNNING:
+        console.print(f"{job.id} {job.status.value} (the pause is called off: training goes on)")
+    else:
+        console.print(f"{job.id} {job.status.value}")
 
 
 @jobs_app.command("download-adapter")

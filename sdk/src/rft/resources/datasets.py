@@ -4,7 +4,7 @@ from typing import Any
 
 from rft.dataset_payload import DatasetSource, dataset_file
 from rft.models import Dataset, DatasetDetail, Page
-from rft.pagination import AsyncPageIterator, PageIterator
+from rft.pagination import AsyncPageIterator, PageIterator, get_api_list, get_async_api_list
 from rft.transport import AsyncTransport, RequestOptions, SyncTransport
 
 
@@ -12,10 +12,6 @@ def _upload_request(source: Any, name: str | None, file_format: str | None) -> R
     filename, content = dataset_file(source, name=name)
     form = {key: value for key, value in (("name", name), ("format", file_format)) if value}
     return RequestOptions("POST", "/v1/datasets", files={"file": (filename, content)}, data=form)
-
-
-def _list_request(cursor: str | None, limit: int | None) -> RequestOptions:
-    return RequestOptions("GET", "/v1/datasets", params={"after": cursor, "limit": limit})
 
 
 class Datasets:
@@ -39,12 +35,9 @@ class Datasets:
 
     def list(self, *, limit: int | None = None) -> PageIterator[Dataset]:
         """Every dataset, newest first; ``limit`` is the page size."""
-
-        def fetch(cursor: str | None) -> Page[Dataset]:
-            response = self._transport.request(_list_request(cursor, limit))
-            return Page[Dataset].model_validate(response.json())
-
-        return PageIterator(fetch)
+        return get_api_list(
+            self._transport, "/v1/datasets", page=Page[Dataset], params={"limit": limit}
+        )
 
 
 class AsyncDatasets:
@@ -62,8 +55,7 @@ class AsyncDatasets:
         return DatasetDetail.model_validate((await self._transport.request(options)).json())
 
     def list(self, *, limit: int | None = None) -> AsyncPageIterator[Dataset]:
-        async def fetch(cursor: str | None) -> Page[Dataset]:
-            response = await self._transport.request(_list_request(cursor, limit))
-            return Page[Dataset].model_validate(response.json())
-
-        return AsyncPageIterator(fetch)
+        params = {"limit": limit}
+        return get_async_api_list(
+            self._transport, "/v1/datasets", page=Page[Dataset], params=params
+        )

@@ -32,7 +32,12 @@ from rft.models import (
     Step,
     reward_functions_request,
 )
-from rft.pagination import AsyncPageIterator, PageIterator
+from rft.pagination import (
+    AsyncPageIterator,
+    PageIterator,
+    get_api_list,
+    get_async_api_list,
+)
 from rft.progress import JobProgress, job_progress
 from rft.resources.adapter_archive import (
     archive_name,
@@ -102,12 +107,6 @@ def _create_request(
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
     headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
     return RequestOptions("POST", "/v1/jobs", json=body, headers=headers)
-
-
-def _page_request(
-    path: str, cursor_param: str, cursor: str | None, **params: Any
-) -> RequestOptions:
-    return RequestOptions("GET", path, params={cursor_param: cursor, **params})
 
 
 def _config_from_response(response: httpx.Response) -> JobConfig:
@@ -323,24 +322,27 @@ class Jobs:
 
     def list(self, *, status: str | None = None, limit: int | None = None) -> PageIterator[Job]:
         """Every job (optionally of one status), newest first; ``limit`` is the page size."""
-
-        def fetch(cursor: str | None) -> Page[Job]:
-            options = _page_request("/v1/jobs", "after", cursor, status=status, limit=limit)
-            return Page[Job].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch)
+        params = {"status": status, "limit": limit}
+        return get_api_list(self._transport, "/v1/jobs", page=Page[Job], params=params)
 
     def cancel(self, job_id: str, /) -> Job:
         options = _action_request(job_id, "cancel")
         return Job.model_validate(self._transport.request(options).json())
 
     def pause(self, job_id: str, /) -> Job:
-        """Checkpoint at the next step boundary and free the worker (status ``paused``)."""
+        """Pause a running job: checkpoint at the next step boundary and free the worker.
+
+        Returns the job as ``pausing``; it reads ``paused`` once the worker has saved the
+        checkpoint and let go (a ``paused`` event names the step). ``resume`` or ``cancel``
+        may come at any time: during ``pausing`` a resume calls the pause off.
+        """
         options = _action_request(job_id, "pause")
         return Job.model_validate(self._transport.request(options).json())
 
     def resume(self, job_id: str, /) -> Job:
-        """Queue a paused job again; it continues from its checkpoint on any worker."""
+        """Resume a paused job: ``queued`` again, it continues from its checkpoint on any
+        worker. A ``pausing`` job's pause is called off: it reads ``running`` again and its
+        worker trains on."""
         options = _action_request(job_id, "resume")
         return Job.model_validate(self._transport.request(options).json())
 
@@ -383,73 +385,61 @@ class Jobs:
 
     def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
         """The recorded steps after ``after_step``, in order."""
-
-        def fetch(cursor: str | None) -> Page[Step]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/steps", "after_step", cursor or str(after_step)
-            )
-            return Page[Step].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch).to_list()
+        return get_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/steps",
+            page=Page[Step],
+            cursor_param="after_step",
+            start=str(after_step),
+        ).to_list()
 
     def evals(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Evaluation]:
         """The validation results after ``after_step``, in step order (the eval curve)."""
-
-        def fetch(cursor: str | None) -> Page[Evaluation]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/evals", "after_step", cursor or str(after_step)
-            )
-            return Page[Evaluation].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch).to_list()
+        return get_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/evals",
+            page=Page[Evaluation],
+            cursor_param="after_step",
+            start=str(after_step),
+        ).to_list()
 
     def completions(
         self, job_id: str, /, *, step: int | None = None, limit: int | None = None
     ) -> PageIterator[Completion]:
         """Recorded completions (of one step, if given) in order; ``limit`` is the page size."""
-
-        def fetch(cursor: str | None) -> Page[Completion]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/completions", "after", cursor, step=step, limit=limit
-            )
-            return Page[Completion].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch)
+        params = {"step": step, "limit": limit}
+        return get_api_list(
+            self._transport, f"/v1/jobs/{job_id}/completions", page=Page[Completion], params=params
+        )
 
     def events(self, job_id: str, /, *, after: int = 0) -> PageIterator[JobEvent]:
-        def fetch(cursor: str | None) -> Page[JobEvent]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/events/history", "after", cursor or str(after)
-            )
-            return Page[JobEvent].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch)
+        return get_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/events/history",
+            page=Page[JobEvent],
+            start=str(after),
+        )
 
     def logs(
         self, job_id: str, /, *, step: int | None = None, function: str | None = None
     ) -> PageIterator[RewardFunctionLog]:
         """What reward functions printed, per step and function."""
-
-        def fetch(cursor: str | None) -> Page[RewardFunctionLog]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/logs", "after", cursor, step=step, function=function
-            )
-            return Page[RewardFunctionLog].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch)
+        params = {"step": step, "function": function}
+        return get_api_list(
+            self._transport, f"/v1/jobs/{job_id}/logs", page=Page[RewardFunctionLog], params=params
+        )
 
     def reward_errors(
         self, job_id: str, /, *, step: int | None = None, function: str | None = None
     ) -> PageIterator[RewardError]:
         """Reward functions' failures on single samples (exceptions, timeouts, bad returns)."""
-
-        def fetch(cursor: str | None) -> Page[RewardError]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/reward-errors", "after", cursor, step=step, function=function
-            )
-            return Page[RewardError].model_validate(self._transport.request(options).json())
-
-        return PageIterator(fetch)
+        params = {"step": step, "function": function}
+        return get_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/reward-errors",
+            page=Page[RewardError],
+            params=params,
+        )
 
     def get_config(self, job_id: str, /) -> JobConfig:
         """The job's live config; edit it and pass it to :meth:`update_config`."""
@@ -523,7 +513,10 @@ class Jobs:
         poll_interval: float = DEFAULT_POLL_INTERVAL_S,
         timeout: float | None = None,
     ) -> Job:
-        """Poll until the job ends (or has recorded ``until_step`` steps); returns the job."""
+        """Poll until the job ends (or has recorded ``until_step`` steps); returns the job.
+
+        ``pausing`` and ``paused`` are not ends: the wait goes on until the job is resumed
+        and ends (or ``timeout``)."""
         clock = _WaitClock(job_id, timeout)
         display: JobProgress | None = job_progress() if progress else None
         try:
@@ -662,21 +655,20 @@ class AsyncJobs:
     def list(
         self, *, status: str | None = None, limit: int | None = None
     ) -> AsyncPageIterator[Job]:
-        async def fetch(cursor: str | None) -> Page[Job]:
-            options = _page_request("/v1/jobs", "after", cursor, status=status, limit=limit)
-            return Page[Job].model_validate((await self._transport.request(options)).json())
-
-        return AsyncPageIterator(fetch)
+        params = {"status": status, "limit": limit}
+        return get_async_api_list(self._transport, "/v1/jobs", page=Page[Job], params=params)
 
     async def cancel(self, job_id: str, /) -> Job:
         options = _action_request(job_id, "cancel")
         return Job.model_validate((await self._transport.request(options)).json())
 
     async def pause(self, job_id: str, /) -> Job:
+        """Pause a running job: ``pausing``, then ``paused`` once the worker has let go."""
         options = _action_request(job_id, "pause")
         return Job.model_validate((await self._transport.request(options)).json())
 
     async def resume(self, job_id: str, /) -> Job:
+        """Resume a paused job (``queued``), or call off the pause of a ``pausing`` one."""
         options = _action_request(job_id, "resume")
         return Job.model_validate((await self._transport.request(options)).json())
 
@@ -716,68 +708,58 @@ class AsyncJobs:
             )
 
     async def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
-        async def fetch(cursor: str | None) -> Page[Step]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/steps", "after_step", cursor or str(after_step)
-            )
-            return Page[Step].model_validate((await self._transport.request(options)).json())
-
-        return await AsyncPageIterator(fetch).to_list()
+        return await get_async_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/steps",
+            page=Page[Step],
+            cursor_param="after_step",
+            start=str(after_step),
+        ).to_list()
 
     async def evals(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Evaluation]:
         """See :meth:`Jobs.evals`."""
-
-        async def fetch(cursor: str | None) -> Page[Evaluation]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/evals", "after_step", cursor or str(after_step)
-            )
-            return Page[Evaluation].model_validate((await self._transport.request(options)).json())
-
-        return await AsyncPageIterator(fetch).to_list()
+        return await get_async_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/evals",
+            page=Page[Evaluation],
+            cursor_param="after_step",
+            start=str(after_step),
+        ).to_list()
 
     def completions(
         self, job_id: str, /, *, step: int | None = None, limit: int | None = None
     ) -> AsyncPageIterator[Completion]:
-        async def fetch(cursor: str | None) -> Page[Completion]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/completions", "after", cursor, step=step, limit=limit
-            )
-            return Page[Completion].model_validate((await self._transport.request(options)).json())
-
-        return AsyncPageIterator(fetch)
+        params = {"step": step, "limit": limit}
+        return get_async_api_list(
+            self._transport, f"/v1/jobs/{job_id}/completions", page=Page[Completion], params=params
+        )
 
     def events(self, job_id: str, /, *, after: int = 0) -> AsyncPageIterator[JobEvent]:
-        async def fetch(cursor: str | None) -> Page[JobEvent]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/events/history", "after", cursor or str(after)
-            )
-            return Page[JobEvent].model_validate((await self._transport.request(options)).json())
-
-        return AsyncPageIterator(fetch)
+        return get_async_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/events/history",
+            page=Page[JobEvent],
+            start=str(after),
+        )
 
     def logs(
         self, job_id: str, /, *, step: int | None = None, function: str | None = None
     ) -> AsyncPageIterator[RewardFunctionLog]:
-        async def fetch(cursor: str | None) -> Page[RewardFunctionLog]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/logs", "after", cursor, step=step, function=function
-            )
-            response = await self._transport.request(options)
-            return Page[RewardFunctionLog].model_validate(response.json())
-
-        return AsyncPageIterator(fetch)
+        params = {"step": step, "function": function}
+        return get_async_api_list(
+            self._transport, f"/v1/jobs/{job_id}/logs", page=Page[RewardFunctionLog], params=params
+        )
 
     def reward_errors(
         self, job_id: str, /, *, step: int | None = None, function: str | None = None
     ) -> AsyncPageIterator[RewardError]:
-        async def fetch(cursor: str | None) -> Page[RewardError]:
-            options = _page_request(
-                f"/v1/jobs/{job_id}/reward-errors", "after", cursor, step=step, function=function
-            )
-            response = await self._transport.request(options)
-            return Page[RewardError].model_validate(response.json())
-
-        return AsyncPageIterator(fetch)
+        params = {"step": step, "function": function}
+        return get_async_api_list(
+            self._transport,
+            f"/v1/jobs/{job_id}/reward-errors",
+            page=Page[RewardError],
+            params=params,
+        )
 
     async def get_config(self, job_id: str, /) -> JobConfig:
         options = RequestOptions("GET", f"/v1/jobs/{job_id}/config")

@@ -1,4 +1,5 @@
-"""Stores what the training loop reports: steps, completions, reward errors and logs.
+"""Stores what the training loop reports: each step (with its completions, reward errors and
+logs) and each evaluation, turned into rows for service.jobs.step_repository.
 
 Each step is written in one transaction that first deletes anything already stored for that
 step, so a write retried after a lost connection, or a step re-run after resuming from a
@@ -13,80 +14,20 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.bulk import NULL, copy_json, copy_line, copy_lines, copy_number, copy_text
-from service.db import session_scope
-from service.jobs.repository import JobRepository
-from service.models import (
-    Completion,
-    Evaluation,
-    Job,
-    JobConfigVersion,
-    RewardErrorRecord,
-    RewardLog,
-    Step,
-)
-from workers.training.records import EvalRecord, FunctionStepMetrics, StepRecord
+from service.bulk import NULL, copy_json, copy_line, copy_number, copy_text
+from service.events.repository import EventRepository
+from service.jobs.step_repository import StepRepository
+from workers.database import in_transaction
+from workers.failures import RecordingFailed
+from workers.training.step_records import EvalRecord, FunctionStepMetrics, StepRecord
 from workers.training_signals import frac_reward_zero_std
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-COMPLETION_COLUMNS = [
-    "job_id",
-    "step",
-    "config_version",
-    "prompt_index",
-    "group_position",
-    "dataset_index",
-    "prompt",
-    "completion",
-    "scores",
-    "total",
-    "advantage",
-    "token_count",
-]
-ERROR_COLUMNS = [
-    "job_id",
-    "step",
-    "function_name",
-    "function_version",
-    "kind",
-    "message",
-    "traceback",
-    "sample_index",
-]
-LOG_COLUMNS = ["job_id", "step", "function_name", "function_version", "output", "truncated"]
-
-
-def with_database_retries(
-    action: Callable[[], T], *, what: str, give_up_after_s: float = 600.0
-) -> T:
-    """Run ``action``, retrying while the database is unreachable (a restart, a failover).
-
-    A training run is worth far more than a few minutes of waiting for Postgres to return.
-    """
-    deadline = time.monotonic() + give_up_after_s
-    delay = 0.2
-    while True:
-        try:
-            return action()
-        except OperationalError as exc:
-            if time.monotonic() > deadline:
-                raise
-            logger.warning("%s: database unavailable (%s); retrying in %.1fs", what, exc, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def functions_json(functions: dict[str, FunctionStepMetrics]) -> dict[str, dict[str, Any]]:
@@ -106,46 +47,25 @@ def functions_json(functions: dict[str, FunctionStepMetrics]) -> dict[str, dict[
 
 
 def record_step(session: Session, job_id: str, record: StepRecord) -> None:
-    """Store one step, replacing whatever an earlier attempt stored for it.
-
-    Three statements whatever the step's size (the deletes and the step row in one, a COPY of
-    the completions, the job row and config bookkeeping in one; plus a COPY each for reward
-    errors and logs when there are any): time goes to streaming rows, not to round trips.
-    """
-    # Deletes run as CTEs of the step upsert: one statement instead of four.
-    deletes = [
-        delete(Completion)
-        .where(Completion.job_id == job_id, Completion.step == record.step)
-        .cte("d_completions"),
-        delete(RewardErrorRecord)
-        .where(RewardErrorRecord.job_id == job_id, RewardErrorRecord.step == record.step)
-        .cte("d_errors"),
-        delete(RewardLog)
-        .where(RewardLog.job_id == job_id, RewardLog.step == record.step)
-        .cte("d_logs"),
-    ]
-    step_row = {
-        "config_version": record.config_version,
-        "reward_mean": record.reward_mean,
-        "reward_std": record.reward_std,
-        "loss": record.loss,
-        "kl": record.kl,
-        "learning_rate": record.learning_rate,
-        "duration_s": record.duration_s,
-        "frac_reward_zero_std": frac_reward_zero_std(record.completions),
-        "reward_functions": functions_json(record.functions),
-        "created_at": datetime.now(UTC),
-    }
-    session.execute(
-        pg_insert(Step)
-        .values(job_id=job_id, step=record.step, **step_row)
-        .on_conflict_do_update(index_elements=[Step.job_id, Step.step], set_=step_row)
-        .add_cte(*deletes)
-    )
-    raw = session.connection().connection.driver_connection
-    with raw.cursor() as cursor:  # type: ignore[union-attr]
-        copy_lines(cursor, "completions", COMPLETION_COLUMNS, completion_copy_lines(job_id, record))
-        errors = [
+    """Store one step (replacing whatever an earlier attempt stored for it), advance the job
+    row, and store the step's evaluation when it has one."""
+    steps = StepRepository(session)
+    steps.replace_step(
+        job_id,
+        record.step,
+        {
+            "config_version": record.config_version,
+            "reward_mean": record.reward_mean,
+            "reward_std": record.reward_std,
+            "loss": record.loss,
+            "kl": record.kl,
+            "learning_rate": record.learning_rate,
+            "duration_s": record.duration_s,
+            "frac_reward_zero_std": frac_reward_zero_std(record.completions),
+            "reward_functions": functions_json(record.functions),
+        },
+        completions=completion_copy_lines(job_id, record),
+        errors=[
             copy_line(
                 job_id,
                 record.step,
@@ -158,9 +78,8 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             )
             for name, result in record.function_results.items()
             for error in result.errors
-        ]
-        copy_lines(cursor, "reward_errors", ERROR_COLUMNS, errors)
-        logs = [
+        ],
+        logs=[
             copy_line(
                 job_id,
                 record.step,
@@ -171,9 +90,16 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             )
             for name, result in record.function_results.items()
             if result.logs
-        ]
-        copy_lines(cursor, "reward_logs", LOG_COLUMNS, logs)
-    _note_progress(session, job_id, record)
+        ],
+    )
+    if steps.advance(job_id, record.step, record.config_version) and record.config_version > 1:
+        EventRepository(session).add_event(
+            job_id,
+            "config_applied",
+            f"config v{record.config_version} applied at step {record.step}",
+            step=record.step,
+            data={"config_version": record.config_version},
+        )
     if record.evaluation is not None:
         record_evaluation(session, job_id, record.evaluation)
 
@@ -182,23 +108,21 @@ def record_evaluation(session: Session, job_id: str, evaluation: EvalRecord) -> 
     """Store a validation result (replacing a re-run step's) and announce it as an 'eval'
     event, which the event stream carries."""
     functions = functions_json(evaluation.functions)
-    row = {
-        "config_version": evaluation.config_version,
-        "reward_mean": evaluation.reward_mean,
-        "reward_std": evaluation.reward_std,
-        "prompts": evaluation.prompts,
-        "samples": evaluation.samples,
-        "duration_s": evaluation.duration_s,
-        "reward_functions": functions,
-        "created_at": datetime.now(UTC),
-    }
-    session.execute(
-        pg_insert(Evaluation)
-        .values(job_id=job_id, step=evaluation.step, **row)
-        .on_conflict_do_update(index_elements=[Evaluation.job_id, Evaluation.step], set_=row)
+    StepRepository(session).replace_evaluation(
+        job_id,
+        evaluation.step,
+        {
+            "config_version": evaluation.config_version,
+            "reward_mean": evaluation.reward_mean,
+            "reward_std": evaluation.reward_std,
+            "prompts": evaluation.prompts,
+            "samples": evaluation.samples,
+            "duration_s": evaluation.duration_s,
+            "reward_functions": functions,
+        },
     )
     mean = "none" if evaluation.reward_mean is None else f"{evaluation.reward_mean:.4f}"
-    JobRepository(session).add_event(
+    EventRepository(session).add_event(
         job_id,
         "eval",
         f"validation reward {mean} at step {evaluation.step} ({evaluation.samples} samples)",
@@ -211,43 +135,6 @@ def record_evaluation(session: Session, job_id: str, evaluation: EvalRecord) -> 
             "reward_functions": functions,
         },
     )
-
-
-def _note_progress(session: Session, job_id: str, record: StepRecord) -> None:
-    """Advance the job row; the first step scored by a config version marks where it applied."""
-    applied = (
-        update(JobConfigVersion)
-        .where(
-            JobConfigVersion.job_id == job_id,
-            JobConfigVersion.version == record.config_version,
-            or_(
-                JobConfigVersion.applied_at_step.is_(None),
-                JobConfigVersion.applied_at_step > record.step,
-            ),
-        )
-        .values(applied_at_step=record.step)
-        .returning(JobConfigVersion.version)
-        .cte("applied")
-    )
-    applied_version = select(applied.c.version).scalar_subquery()
-    newly_applied = session.scalar(
-        update(Job)
-        .where(Job.id == job_id)
-        .values(
-            steps_completed=record.step,
-            heartbeat_at=datetime.now(UTC),
-            applied_config_version=func.coalesce(applied_version, Job.applied_config_version),
-        )
-        .returning(applied_version)
-    )
-    if newly_applied is not None and record.config_version > 1:
-        JobRepository(session).add_event(
-            job_id,
-            "config_applied",
-            f"config v{record.config_version} applied at step {record.step}",
-            step=record.step,
-            data={"config_version": record.config_version},
-        )
 
 
 def completion_copy_lines(job_id: str, record: StepRecord) -> list[str]:
@@ -269,18 +156,13 @@ def completion_copy_lines(job_id: str, record: StepRecord) -> list[str]:
 
 
 def store_step(job_id: str, record: StepRecord) -> None:
-    def write() -> None:
-        # A normal, durable commit: an asynchronous one (synchronous_commit off) was ~10%
-        # faster, but a Postgres crash could then drop a step the worker believes stored,
-        # leaving a hole no resume would fill. The writer thread absorbs the flush's latency.
-        with session_scope() as session:
-            record_step(session, job_id, record)
-
-    with_database_retries(write, what=f"recording step {record.step} of {job_id}")
-
-
-class RecordingFailed(RuntimeError):
-    """The background writer could not store something: the run must not go on without it."""
+    # A normal, durable commit: an asynchronous one (synchronous_commit off) was ~10% faster,
+    # but a Postgres crash could then drop a step the worker believes stored, leaving a hole
+    # no resume would fill. The writer thread absorbs the flush's latency.
+    in_transaction(
+        lambda session: record_step(session, job_id, record),
+        what=f"recording step {record.step} of {job_id}",
+    )
 
 
 class BackgroundWriter:

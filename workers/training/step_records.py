@@ -1,10 +1,10 @@
-"""What the training loop reports, one step at a time. Plain data: no database, no Celery."""
+"""What the training loop reports, one step at a time, and the reward config it runs with.
+Plain data: no database, no Celery."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec
 
@@ -69,28 +69,12 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class RewardConfig:
+    """One version of a job's live config, as the ranks apply it."""
+
     version: int
     functions: list[RewardFunctionSpec]
     temperature: float | None = None
     top_p: float | None = None
-
-
-class TrainingObserver(Protocol):
-    """The worker's side of a run: it stores what happens and says when to stop."""
-
-    def on_step(self, record: StepRecord) -> None: ...
-
-    def on_checkpoint(self, step: int, path: Path) -> None: ...
-
-    def should_stop(self) -> str | None:
-        """A reason to stop after the current step (cancel, pause), or None to go on."""
-        ...
-
-    def on_config_rejected(self, version: int, message: str) -> None:
-        """A newer config could not be loaded; training goes on with the one in force."""
-        ...
-
-    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
-        """A newer reward config than ``current_version`` to apply from ``starting_step`` (the
-        step about to begin; called once before each step's generation), if any."""
-        ...
+    # The job's secrets as of this version (a config update may rotate them): a rank's
+    # sandbox restarts with them when it loads this version's functions. Never printed.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)

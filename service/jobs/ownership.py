@@ -1,0 +1,189 @@
+"""Who holds a job, and every move made on a job that a worker holds.
+
+A running (or pausing) job carries its worker's id and a heartbeat: the lease. The moves
+below are the only ways a lease starts or ends. Each one, in the caller's transaction:
+
+1. reads the job row FOR UPDATE;
+2. checks the claim: the worker still holds the job (``HeldBy``), or, for the reaper, the
+   heartbeat it saw expire is still the job's latest (``ExpiredLease``) - a job someone else
+   ended, paused or took over meanwhile is left as it is;
+3. moves the status through the state machine (service.jobs.status);
+4. clears the owner, writes the event, drops a placement's node rows;
+5. queues the job again once the transaction commits, where the move sends it back.
+
+The user's moves (pause, resume, cancel) are in service.jobs.service; the worker, placement
+(workers.placement) and the lost-worker reaper (workers.lease) make these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.artifacts.repository import CheckpointRepository
+from service.db import after_commit
+from service.events.repository import EventRepository
+from service.jobs.node_repository import JobNodeRepository
+from service.jobs.repository import JobRepository
+from service.jobs.service import transition
+from service.jobs.status import JobStatus
+from service.models import Checkpoint, Job
+from workers.queue import enqueue_training
+
+
+@dataclass(frozen=True)
+class HeldBy:
+    """The worker that holds the job asks."""
+
+    worker_id: str
+
+    def holds(self, job: Job) -> bool:
+        return job.worker_id == self.worker_id
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """The reaper asks, about a lease whose heartbeat it saw stand still for a whole lease."""
+
+    heartbeat_at: datetime | None
+
+    def holds(self, job: Job) -> bool:
+        # The owner may have beaten (or finished) since the reaper looked.
+        return job.heartbeat_at == self.heartbeat_at
+
+
+Claim = HeldBy | ExpiredLease
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The job is the worker's now; it resumes from ``resume_from`` (None: from the start)."""
+
+    resume_from: Checkpoint | None
+
+
+def take(session: Session, job_id: str, worker_id: str) -> Taken | None:
+    """queued -> running, and the lease is ``worker_id``'s. None when the job should not run
+    here: it is gone, or not queued (a duplicate or stale message: the database, not the
+    queue, says what runs)."""
+    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+    if job is None or job.status != JobStatus.QUEUED.value:
+        return None
+    transition(session, job, JobStatus.RUNNING)
+    job.worker_id = worker_id
+    job.heartbeat_at = datetime.now(UTC)
+    checkpoint = CheckpointRepository(session).latest_checkpoint(job_id)
+    # The run goes on after the checkpoint: a config stored now applies from the step after
+    # it (steps after the checkpoint that ran before are re-run).
+    job.started_step = checkpoint.step if checkpoint is not None else 0
+    if checkpoint is not None:
+        EventRepository(session).add_event(
+            job_id,
+            "resumed",
+            f"resuming from the checkpoint at step {checkpoint.step} on {worker_id}; "
+            f"steps after it are re-run and their records replaced",
+            step=checkpoint.step,
+            data={"checkpoint_step": checkpoint.step, "worker_id": worker_id},
+        )
+    return Taken(checkpoint)
+
+
+def release(session: Session, job_id: str, claim: HeldBy) -> None:
+    """The worker's run is over (ended, stopped on request, or cut short): it lets go.
+
+    A pausing job is paused now (its checkpoint is saved). A job that is running again was
+    resumed after the worker had already stopped for the pause: it goes back to the queue and
+    continues from that checkpoint, so a resume is never lost.
+    """
+    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+    if job is None or not claim.holds(job):
+        return
+    # Whatever the status (ended, cancelled): the worker holds it no more.
+    job.worker_id = None
+    events = EventRepository(session)
+    if job.status == JobStatus.PAUSING.value:
+        transition(session, job, JobStatus.PAUSED)
+        events.add_event(
+            job_id,
+            "paused",
+            f"paused after step {job.steps_completed}; the worker is free and the job resumes "
+            "from this step's checkpoint",
+            step=job.steps_completed,
+        )
+    elif job.status == JobStatus.RUNNING.value:
+        transition(session, job, JobStatus.QUEUED)
+        events.add_event(
+            job_id,
+            "pause_called_off",
+            f"resumed while the worker was stopping for the pause; the job continues from its "
+            f"checkpoint at step {job.steps_completed} on the next free worker",
+            step=job.steps_completed,
+        )
+        _enqueue_after_commit(session, job)
+
+
+def requeue(
+    session: Session,
+    job_id: str,
+    claim: Claim,
+    *,
+    kind: str,
+    why: str,
+    then: str,
+    data: dict[str, Any] | None = None,
+) -> bool:
+    """The worker (or one machine of the job's) was lost: the job resumes from its last
+    checkpoint, on a fresh placement, once a worker takes it from the queue; ``then`` says so
+    in the event. A job that was pausing is paused instead, as its user asked. Whether the
+    job moved (False: someone else ended, paused or took it meanwhile)."""
+    job = _held(session, job_id, claim)
+    if job is None:
+        return False
+    job.worker_id = None
+    JobNodeRepository(session).drop(job_id)
+    if job.status == JobStatus.PAUSING.value:
+        transition(session, job, JobStatus.PAUSED)
+        then = "the job is paused, as asked, and resumes from its last checkpoint when resumed"
+    else:
+        transition(session, job, JobStatus.QUEUED)
+        _enqueue_after_commit(session, job)
+    EventRepository(session).add_event(
+        job_id, kind, f"{why}; {then}", step=job.steps_completed, data=data
+    )
+    return True
+
+
+def finish(session: Session, job_id: str, claim: HeldBy, *, adapter: str) -> bool:
+    """The run trained every step: succeeded, with its adapter."""
+    job = _held(session, job_id, claim)
+    if job is None:
+        return False
+    job.adapter_path = adapter
+    transition(session, job, JobStatus.SUCCEEDED)
+    return True
+
+
+def fail(session: Session, job_id: str, claim: HeldBy, *, reason: str) -> bool:
+    """The run failed; ``reason`` is the job's failure reason."""
+    job = _held(session, job_id, claim)
+    if job is None:
+        return False
+    transition(session, job, JobStatus.FAILED, reason=reason)
+    return True
+
+
+def _held(session: Session, job_id: str, claim: Claim) -> Job | None:
+    """The job, locked, while ``claim`` holds it; None when it is gone, not held by anyone
+    (cancelled, paused, ended: their status stands) or held under another claim."""
+    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+    if job is None or not JobStatus(job.status).has_worker or not claim.holds(job):
+        return None
+    return job
+
+
+def _enqueue_after_commit(session: Session, job: Job) -> None:
+    job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
+    after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))

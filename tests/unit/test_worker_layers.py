@@ -1,0 +1,161 @@
+"""workers/ in layers that point one way (docs/architecture.md): each module imports only its
+own layer and those below, and no import circle exists. Read from the source (imports inside
+functions count; those under TYPE_CHECKING do not: they never run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+WORKERS = Path(__file__).resolve().parents[2] / "workers"
+
+# Bottom to top. A module not named here fails the test: place it when you add it.
+LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "records, failures and plumbing",
+        {
+            "workers",
+            "workers.failures",
+            "workers.identity",
+            "workers.database",
+            "workers.celery_app",
+            "workers.queue",
+            "workers.training.step_records",
+            "workers.training.observer",
+        },
+    ),
+    (
+        "training, inside a rank",
+        {
+            "workers.job_sandbox",
+            "workers.training.engines",
+            "workers.training.evaluation",
+            "workers.training.generation",
+            "workers.training.grpo",
+            "workers.training.grpo_trainer",
+            "workers.training.ranks",
+            "workers.training.reproducible_sampling",
+            "workers.training.reward_dispatch",
+            "workers.training.reward_stats",
+            "workers.training.spec",
+            "workers.training.step_reporting",
+            "workers.training.stop_sequences",
+            "workers.training.tiny_model",
+            "workers.training.trackers",
+            "workers.training.vllm_cpu",
+        },
+    ),
+    ("the rank process", {"workers.training.rank_process"}),
+    ("the launcher", {"workers.training.launch"}),
+    ("placement and the lease", {"workers.placement", "workers.lease"}),
+    (
+        "job orchestration (and inference serving beside it)",
+        {
+            "workers.training_job",
+            "workers.job_plan",
+            "workers.database_observer",
+            "workers.step_store",
+            "workers.job_watch",
+            "workers.training_signals",
+            "workers.circuit_breaker",
+            "workers.metrics",
+            "workers.runtime_packages",
+            "workers.inference",
+            "workers.inference.pool",
+            "workers.inference.server",
+            "workers.inference.vllm_engine",
+        },
+    ),
+    ("Celery tasks", {"workers.tasks"}),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(WORKERS.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def worker_imports(path: Path) -> set[str]:
+    """The workers.* modules ``path`` imports when it runs."""
+    found: set[str] = set()
+
+    class Imports(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            if "TYPE_CHECKING" in ast.unparse(node.test):
+                for child in node.orelse:
+                    self.visit(child)
+                return
+            self.generic_visit(node)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.module is not None and node.level == 0:
+                found.add(node.module)
+                # `from workers.training import grpo` imports a module too.
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.update(alias.name for alias in node.names)
+
+    Imports().visit(ast.parse(path.read_text()))
+    return {name for name in found if name == "workers" or name.startswith("workers.")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in WORKERS.rglob("*.py")}
+    return {name: worker_imports(path) & set(paths) for name, path in paths.items()}
+
+
+def test_every_module_has_a_layer() -> None:
+    placed = set().union(*(modules for _, modules in LAYERS))
+    assert set(import_graph()) - placed == set()
+    assert placed - set(import_graph()) == set(), "a layer names a module that is gone"
+
+
+def test_layers_point_one_way() -> None:
+    level = {module: i for i, (_, modules) in enumerate(LAYERS) for module in modules}
+    upward = [
+        f"{module} ({LAYERS[level[module]][0]}) imports {imported} ({LAYERS[level[imported]][0]})"
+        for module, imports in import_graph().items()
+        for imported in imports
+        if level[imported] > level[module]
+    ]
+    assert upward == []
+
+
+def test_no_import_circle() -> None:
+    graph = import_graph()
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if imported == module or (module.startswith(imported + ".")):
+                continue  # a package's own __init__ is not a circle
+            if state.get(imported) == 1:
+                circles.append(" -> ".join([*path[path.index(imported) :], imported]))
+            elif imported not in state:
+                visit(imported)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert circles == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """The graph reader finds imports in functions and skips TYPE_CHECKING ones."""
+    source = tmp_path / "example.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from workers.tasks import train_job\n"
+        "def f():\n    from workers.training_job import run_training_job\n"
+    )
+    assert worker_imports(source) == {
+        "workers.training_job",
+        "workers.training_job.run_training_job",
+    }

@@ -1,0 +1,57 @@
+"""The errors every layer of a worker raises, and the one line a failure becomes.
+
+The bottom layer of ``workers/``: it imports nothing of the worker's own. A ``JobFailure``'s
+message is written for the job's user (it becomes the job's failure_reason as it is); any
+other exception is described by its type, message and where it was raised.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+from service.secrets import SecretsKeyError
+
+
+class JobFailure(RuntimeError):
+    """A failure whose message, as it is, tells the job's user what went wrong."""
+
+
+class TrainingProcessError(JobFailure):
+    """The training processes failed; the message is the job's failure reason."""
+
+
+class PackageInstallError(JobFailure):
+    """The job's runtime packages could not be installed."""
+
+
+class GenerationSetupError(JobFailure):
+    """The worker's generation settings cannot work on this machine."""
+
+
+class TrackerSetupError(JobFailure):
+    """The job asked for a tracker this worker cannot report to."""
+
+
+class EngineUnavailable(JobFailure):
+    """This worker cannot run the engine a job asks for; the message says why."""
+
+
+class NodeLost(RuntimeError):
+    """A job over several machines lost one of them (or was taken from this one): not the
+    job's failure, the job resumes from its last checkpoint on a fresh placement."""
+
+
+class RecordingFailed(RuntimeError):
+    """The background writer could not store something: the run must not go on without it."""
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One readable line for the job's failure_reason; the traceback goes to the logs."""
+    if isinstance(exc, JobFailure | SecretsKeyError):
+        return str(exc)
+    last_frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = (
+        f" (at {Path(last_frame[0].filename).name}:{last_frame[0].lineno})" if last_frame else ""
+    )
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]

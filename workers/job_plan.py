@@ -1,0 +1,118 @@
+"""What a job's training needs, read from the database once, before any process starts: the
+TrainingSpec (dataset, validation rows, config, hyperparameters, resume checkpoint,
+generation backend) and what the ranks' sandboxes need (network, packages, secrets)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from service.artifacts.storage import ArtifactStore
+from service.datasets.repository import DatasetRepository
+from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.repository import JobRepository
+from service.jobs.service import split_validation
+from service.models import Checkpoint, Job
+from service.secrets import unseal
+from service.settings import Settings
+from workers.database_observer import load_reward_config
+from workers.runtime_packages import install_runtime_packages
+from workers.training.generation import choose_generation
+from workers.training.rank_process import RankJob
+
+if TYPE_CHECKING:
+    from workers.training.spec import TrainingSpec
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JobPlan:
+    spec: TrainingSpec
+    allow_network: bool
+    runtime_packages: list[str]
+    num_devices: int = 1
+    engine: str = "ddp"
+
+
+def plan_job(
+    session: Session,
+    job_id: str,
+    settings: Settings,
+    store: ArtifactStore,
+    resume_from: Checkpoint | None,
+) -> JobPlan:
+    from workers.training.spec import TrainingSpec
+
+    job = JobRepository(session).get_any_tenant(job_id)
+    assert job is not None
+    dataset, validation = _training_and_validation_rows(session, job)
+    spec = TrainingSpec(
+        base_model=job.base_model,
+        dataset=dataset,
+        validation=validation,
+        reward_config=load_reward_config(
+            session, job_id, job.config_version, unseal(job.secrets_sealed, settings)
+        ),
+        hyperparameters=Hyperparameters.from_stored(job.hyperparameters),
+        output_dir=settings.resolved_artifacts_dir / job_id,
+        model_cache_dir=settings.resolved_model_cache_dir,
+        resume_from_checkpoint=_usable(
+            resume_from, store, settings.resolved_artifacts_dir / job_id
+        ),
+        # Settings this machine cannot honour fail the job here, before any work.
+        generation=choose_generation(settings),
+    )
+    return JobPlan(
+        spec,
+        job.allow_network,
+        list(job.runtime_packages or []),
+        job.num_devices,
+        job.engine,
+    )
+
+
+def rank_job(plan: JobPlan) -> RankJob:
+    """What the training processes need; runtime packages are installed here, once."""
+    packages = (
+        install_runtime_packages(plan.runtime_packages, plan.spec.output_dir / "runtime-packages")
+        if plan.runtime_packages
+        else None
+    )
+    return RankJob(
+        spec=plan.spec,
+        allow_network=plan.allow_network,
+        packages_path=packages,
+        report_to=list(plan.spec.hyperparameters.report_to),
+    )
+
+
+def _training_and_validation_rows(
+    session: Session, job: Job
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    rows = DatasetRepository(session).rows(job.dataset_id)
+    if job.validation_dataset_id is not None:
+        # Only the rows an evaluation reads.
+        limit = int(job.hyperparameters.get("eval_max_prompts", 64))
+        return rows, DatasetRepository(session).rows(job.validation_dataset_id, limit=limit)
+    if job.validation_split is not None:
+        return split_validation(rows, job.validation_split)
+    return rows, None
+
+
+def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Path) -> Path | None:
+    """A local folder to resume from: the checkpoint itself, or a copy fetched from the store
+    when this worker is not the machine that wrote it."""
+    if checkpoint is None:
+        return None
+    local = output_dir / f"checkpoint-{checkpoint.step}"
+    if Path(checkpoint.path) != local.resolve() and store.exists(checkpoint.path):
+        local = store.fetch_directory(checkpoint.path, local)
+    if not (local / "trainer_state.json").exists():
+        logger.warning("checkpoint %s is missing; starting from the base model", checkpoint.path)
+        return None
+    return local
