@@ -926,8 +926,13 @@ def main() -> None:
     # Inside bwrap the parent is the namespace's init, which --die-with-parent already covers.
     _die_with_parent(limits.pop("parent_pid", None))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the worker's terminal is not ours
-    for path in reversed(limits.pop("python_paths", [])):
+    python_paths = limits.pop("python_paths", [])
+    for path in reversed(python_paths):
         sys.path.insert(0, path)
+    if python_paths:
+        # Python processes the code starts (`python -m pytest`) import the job's packages too;
+        # this process runs with -I, which ignores the variable.
+        os.environ["PYTHONPATH"] = os.pathsep.join(python_paths)
     # The job's environment arrives over the pipe so its secrets never sit on a command line.
     configuration = _read_frame(protocol_in)
     if configuration is None:

@@ -8,6 +8,10 @@ With isolation="bwrap" and a root worker (the normal deployment), the layers are
    /usr/lib64, /usr/bin, a handful of /etc files, the child program, the job's package
    directories; plus a fresh /proc, a minimal /dev and a size-limited private /tmp. Nothing
    else of the host exists inside: no /run, no host /tmp, no sockets, no /etc/shadow.
+   The interpreter runs as an empty virtual environment at /opt/rft/python (symlinks and a
+   pyvenv.cfg): `python`, `python3` and `sys.executable` are that one interpreter, first on
+   PATH, for the child and for every process it starts (`python -m pytest`), none of which
+   sees a site-packages; the job's packages reach them through PYTHONPATH.
 2. bubblewrap keeps only CAP_SETUID/CAP_SETGID/CAP_SETPCAP for its command, which is
    `setpriv`: it switches to a real unprivileged host uid (one per child, leased from a
    range by sandbox/uids.py, so per-uid limits are never shared), clears the groups, the bounding
@@ -33,11 +37,13 @@ the job's environment in its first frame, over the pipe.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +61,10 @@ CHILD_PROGRAM = Path(__file__).with_name("child.py")
 INSIDE_PYTHON_PREFIX = "/opt/python"
 INSIDE_CHILD_PROGRAM = "/opt/rft/child.py"
 INSIDE_PACKAGES = "/opt/rft/packages"
+# The sandbox's interpreter, as a virtual environment without packages of its own.
+INSIDE_VENV = "/opt/rft/python"
+# What user code calls it by: each is a symlink in the environment's bin, first on PATH.
+PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Files under /etc that ordinary Python code reads; everything else there stays out.
 ETC_FILES = ("ld.so.cache", "localtime", "mime.types")
@@ -104,15 +114,70 @@ def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> 
     """Build the command that starts the child (or `program`, for probing) under `settings`."""
     cgroup = _plan_cgroup(settings)
     if settings.isolation == "none":
-        python = sys.executable
+        venv_bin = host_venv(host_python(settings)[1]) / "bin"
+        python = str(venv_bin / "python3")
         limits = child_limits(settings) | {
             "python_paths": [str(path) for path in settings.extra_python_paths],
             "parent_pid": os.getpid(),
         }
         argv = program or [python, "-I", "-S", "-B", str(CHILD_PROGRAM), json.dumps(limits)]
-        env = {"PATH": SEARCH_PATH, "LANG": "C.UTF-8", "HOME": "/tmp"}
+        env = {"PATH": f"{venv_bin}:{SEARCH_PATH}", "LANG": "C.UTF-8", "HOME": "/tmp"}
         return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False, cgroup=cgroup)
     return _plan_bwrap(settings, program, cgroup)
+
+
+def host_python(settings: SandboxSettings) -> tuple[Path, Path]:
+    """The installation the sandbox runs (its prefix) and its interpreter binary: the
+    worker's own base interpreter, never a virtual environment's (its packages stay out)."""
+    prefix = Path(settings.python_prefix or sys.base_prefix).resolve()
+    real_python = Path(os.path.realpath(sys.executable))
+    if settings.python_prefix is not None or not real_python.is_relative_to(prefix):
+        real_python = prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return prefix, real_python
+
+
+def pyvenv_cfg(home: str) -> str:
+    """An environment that adds no site-packages: only the stdlib and PYTHONPATH (the job's
+    packages) are importable, in the child and in every Python process it starts."""
+    return f"home = {home}\ninclude-system-site-packages = false\n"
+
+
+def host_venv(real_python: Path) -> Path:
+    """The empty environment around ``real_python`` for isolation='none' (no private /tmp to
+    build it in): made once per interpreter and uid under the temporary folder."""
+    key = hashlib.sha256(str(real_python).encode()).hexdigest()[:16]
+    venv = Path(tempfile.gettempdir()) / f"rft-sandbox-python-{os.geteuid()}-{key}"
+    if _is_host_venv(venv, real_python):
+        return venv
+    staging = Path(tempfile.mkdtemp(prefix=".rft-sandbox-python-"))
+    try:
+        (staging / "bin").mkdir()
+        for name in PYTHON_NAMES:
+            (staging / "bin" / name).symlink_to(real_python)
+        (staging / "pyvenv.cfg").write_text(pyvenv_cfg(str(real_python.parent)))
+        staging.chmod(0o755)
+        os.rename(staging, venv)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _is_host_venv(venv, real_python):  # not a concurrent start that made it first
+            raise SandboxUnavailableError(
+                f"cannot set up the sandbox's interpreter at {venv}: remove what is there"
+            ) from None
+    return venv
+
+
+def _is_host_venv(venv: Path, real_python: Path) -> bool:
+    try:
+        info = venv.lstat()
+        if venv.is_symlink() or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            return False
+        links = [os.readlink(venv / "bin" / name) for name in PYTHON_NAMES]
+        cfg = (venv / "pyvenv.cfg").read_text()
+    except OSError:
+        return False
+    return links == [str(real_python)] * len(links) and cfg == pyvenv_cfg(
+        str(real_python.parent)
+    )
 
 
 def _plan_cgroup(settings: SandboxSettings) -> tuple[CgroupHost, CgroupLimits] | None:
@@ -139,10 +204,7 @@ def _plan_bwrap(
             "bubblewrap is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap), "
             "or set isolation='none' to run reward code WITHOUT isolation (development only)"
         )
-    prefix = Path(settings.python_prefix or sys.base_prefix).resolve()
-    real_python = Path(os.path.realpath(sys.executable))
-    if settings.python_prefix is not None or not real_python.is_relative_to(prefix):
-        real_python = prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    prefix, real_python = host_python(settings)
     inside_python = f"{INSIDE_PYTHON_PREFIX}/{real_python.relative_to(prefix)}"
 
     as_root = os.geteuid() == 0
@@ -178,6 +240,13 @@ def _plan_bwrap(
             argv += ["--perms", "0755", "--tmpfs", hidden, "--remount-ro", hidden]
     else:
         inside_python = str(real_python)
+    venv_bin = f"{INSIDE_VENV}/bin"
+    argv += ["--perms", "0755", "--dir", INSIDE_VENV, "--perms", "0755", "--dir", venv_bin]
+    for name in PYTHON_NAMES:
+        argv += ["--symlink", inside_python, f"{venv_bin}/{name}"]
+    data_files: dict[str, str] = {
+        f"{INSIDE_VENV}/pyvenv.cfg": pyvenv_cfg(os.path.dirname(inside_python))
+    }
     etc_files = ETC_FILES + (NETWORK_ETC_FILES if settings.allow_network else ())
     for name in etc_files:
         if os.path.exists(f"/etc/{name}"):
@@ -196,13 +265,13 @@ def _plan_bwrap(
     argv += ["--proc", "/proc", "--dev", "/dev"]
     tmp_bytes = settings.tmp_size_mb * 1024 * 1024
     argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp"]
-    argv += ["--clearenv", "--setenv", "PATH", SEARCH_PATH, "--setenv", "HOME", "/tmp"]
+    argv += ["--clearenv", "--setenv", "PATH", f"{venv_bin}:{SEARCH_PATH}"]
+    argv += ["--setenv", "HOME", "/tmp"]
     argv += ["--setenv", "LANG", "C.UTF-8"]
     if not prefix.is_relative_to("/usr") and any(prefix.glob("lib/libpython*")):
         # A shared-library build finds libpython through an absolute RUNPATH under its prefix.
         argv += ["--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON_PREFIX}/lib"]
 
-    data_files: dict[str, str] = {}
     if as_root:
         uid = settings.sandbox_uid
         if uid is None:
@@ -218,11 +287,12 @@ def _plan_bwrap(
         argv += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
     argv.append("--")
+    python = f"{venv_bin}/python3"
     if program is not None:
-        argv += [inside_python if part == sys.executable else part for part in program]
+        argv += [python if part == sys.executable else part for part in program]
     else:
         limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
-        argv += [inside_python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
+        argv += [python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
     try:
         seccomp_filter = filter_for_this_machine()
     except SeccompUnsupportedError as error:

@@ -155,9 +155,15 @@ def _worker(_: argparse.Namespace) -> int:
     settings = get_settings()
     settings.require_database_url()
     settings.require_redis_url()
-    from workers.training.engines import cuda_device_count
+    from workers.training.cuda import probe_cuda
 
-    gpus = cuda_device_count()
+    cuda = probe_cuda()
+    problem = cuda.problem()
+    if problem is not None:
+        # GPUs it cannot use: its jobs would train on CPU without saying so.
+        print(problem, file=sys.stderr)
+        return 2
+    gpus = cuda.usable_gpus
     if gpus and settings.resolved_worker_devices > gpus:
         # It would take jobs it cannot hold (their ranks would share or miss GPUs).
         print(

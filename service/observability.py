@@ -15,7 +15,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import SecretStr
-from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,13 +76,13 @@ class JobCollector(Collector):
 
     def collect(self):  # type: ignore[no-untyped-def]
         from service.db import session_scope
-        from service.models import Job
+        from service.jobs.repository import JobRepository
 
         jobs = GaugeMetricFamily("rft_jobs", "Jobs by status", labels=["status"])
         try:
             with session_scope() as session:
-                rows = session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
-            for status, count in rows:
+                counts = JobRepository(session).count_by_status()
+            for status, count in counts.items():
                 jobs.add_metric([status], count)
         except SQLAlchemyError:
             pass  # /readyz reports the database; metrics must not fail the scrape
@@ -133,7 +132,7 @@ class RequestGate:
         started = time.perf_counter()
         path: str = scope["path"]
         # Event streams last as long as a job and hold no connection while they wait.
-        gated = path.startswith("/v1/") and not path.endswith("/events")
+        gated = False  # BROKEN
         try:
             if gated:
                 if self._slots is None:

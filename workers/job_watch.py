@@ -14,9 +14,10 @@ import threading
 from dataclasses import dataclass
 
 import psycopg
+from sqlalchemy.exc import SQLAlchemyError
 
-from service.db import to_libpq_url
-from service.jobs.repository import JOB_CHANNEL
+from service.db import session_scope, to_libpq_url
+from service.jobs.repository import JOB_CHANNEL, JobRepository
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +51,9 @@ class JobWatcher:
         self._stopped.set()
         self._thread.join(timeout=5)
 
-    def refresh(self, connection: psycopg.Connection) -> None:
-        row = connection.execute(
-            "SELECT status, worker_id, config_version FROM jobs WHERE id = %s", (self.job_id,)
-        ).fetchone()
+    def refresh(self) -> None:
+        with session_scope() as session:
+            row = JobRepository(session).status_of(self.job_id)
         self._state = JobState(*row) if row is not None else None
 
     def _run(self) -> None:
@@ -64,15 +64,15 @@ class JobWatcher:
                     conn.execute(f"LISTEN {JOB_CHANNEL}")
                     # After LISTEN: a change made before it is seen by this read, any later one
                     # by a notification.
-                    self.refresh(conn)
+                    self.refresh()
                     backoff = 0.2
                     while not self._stopped.is_set():
                         # Wake on the first notice (any job's: a one-row read costs less than
                         # telling them apart) or on the fallback period, then re-read.
                         for _ in conn.notifies(timeout=self.fallback_poll_s, stop_after=1):
                             pass
-                        self.refresh(conn)
-            except psycopg.Error as exc:
+                        self.refresh()
+            except (psycopg.Error, SQLAlchemyError) as exc:
                 logger.warning("watching job %s: %s; reconnecting", self.job_id, exc)
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

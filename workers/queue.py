@@ -31,13 +31,31 @@ def enqueue_training(job_id: str, num_devices: int = 1, num_nodes: int = 1) -> N
 class WorkerCapacity:
     devices: int  # the most devices this worker gives one job
     accelerator: str  # "cuda" or "cpu"
+    # The smallest of its GPUs' memory in GiB (None: CPU, or unknown), and whether its jobs
+    # generate with vLLM on those GPUs: the API checks a job fits (service.jobs.gpu_fit).
+    gpu_memory_gib: float | None = None
+    vllm: bool = False
 
 
 def advertise_capacity(
-    redis_url: str, worker_name: str, devices: int, ttl_s: float, accelerator: str = "cpu"
+    redis_url: str,
+    worker_name: str,
+    devices: int,
+    ttl_s: float,
+    accelerator: str = "cpu",
+    *,
+    gpu_memory_gib: float | None = None,
+    vllm: bool = False,
 ) -> None:
     """Say (for ``ttl_s``) that this worker can give one job ``devices`` devices."""
-    advert = json.dumps({"devices": devices, "accelerator": accelerator})
+    advert = json.dumps(
+        {
+            "devices": devices,
+            "accelerator": accelerator,
+            "gpu_memory_gib": gpu_memory_gib,
+            "vllm": vllm,
+        }
+    )
     client = redis.Redis.from_url(redis_url)
     try:
         client.set(_CAPACITY_KEY_PREFIX + worker_name, advert, px=int(ttl_s * 1000))
@@ -68,4 +86,10 @@ def _capacity(value: bytes | str) -> WorkerCapacity:
     advert = json.loads(value)
     if isinstance(advert, int):  # a worker from before adverts said more than the count
         return WorkerCapacity(devices=advert, accelerator="cpu")
-    return WorkerCapacity(devices=int(advert["devices"]), accelerator=str(advert["accelerator"]))
+    memory = advert.get("gpu_memory_gib")
+    return WorkerCapacity(
+        devices=int(advert["devices"]),
+        accelerator=str(advert["accelerator"]),
+        gpu_memory_gib=float(memory) if isinstance(memory, int | float) and memory > 0 else None,
+        vllm=advert.get("vllm") is True,
+    )

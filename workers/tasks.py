@@ -54,10 +54,15 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
 
 def _advertise_capacity(settings: Any, consumer: Any) -> None:
     """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
+    from workers.device_memory import generates_with_vllm_colocated, gpu_memory_gib
     from workers.queue import advertise_capacity
-    from workers.training.engines import cuda_device_count
+    from workers.training.cuda import usable_cuda_devices
 
-    accelerator = "cuda" if cuda_device_count() > 0 else "cpu"
+    # CUDA GPUs torch can use (the API refuses fsdp while no worker has them).
+    accelerator = "cuda" if usable_cuda_devices() > 0 else "cpu"
+    # Read once: what the API needs to refuse a job whose vLLM and trainer cannot share a GPU.
+    memory = gpu_memory_gib() if accelerator == "cuda" else None
+    vllm = accelerator == "cuda" and generates_with_vllm_colocated(settings)
     redis_url = settings.require_redis_url()
     name = f"{getattr(consumer, 'hostname', None) or socket.gethostname()}:{os.getpid()}"
     devices = settings.resolved_worker_devices
@@ -67,7 +72,9 @@ def _advertise_capacity(settings: Any, consumer: Any) -> None:
     def refresh() -> None:
         while not stopped.is_set():
             try:
-                advertise_capacity(redis_url, name, devices, ttl_s, accelerator)
+                advertise_capacity(
+                    redis_url, name, devices, ttl_s, accelerator, gpu_memory_gib=memory, vllm=vllm
+                )
             except Exception as exc:  # Redis away: the queue is too; try again
                 logger.warning("could not advertise this worker's devices: %s", exc)
             stopped.wait(ttl_s / 3)

@@ -298,6 +298,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
             ],
             allow_network=job.allow_network,
             secrets=secrets,
+            runtime_packages=list(job.runtime_packages or []),
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

@@ -192,6 +192,40 @@ class Hyperparameters(BaseModel):
         "model; bench/README.md). Needs transformers generation: a worker that generates "
         "with vLLM fails such a job at its start.",
     )
+    vllm_gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="vLLM colocated on a GPU: its share of each GPU's memory (TRL's "
+        "vllm_gpu_memory_utilization), for its weights, KV cache and runtime; the trainer "
+        "lives in the rest. null: computed at the job's start from the model's config and the "
+        "GPU (what vLLM needs for this job plus half of what is left; README: which models "
+        "fit which GPUs), else the worker's RFT_VLLM_MEMORY_FRACTION (0.3).",
+    )
+    vllm_tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="vLLM colocated: GPUs each vLLM engine spans (TRL's "
+        "vllm_tensor_parallel_size): each group of this many ranks shares one engine holding "
+        "1/N of the weights and KV cache per GPU. Must divide num_devices and the model's "
+        "attention heads.",
+    )
+    vllm_sleep_mode: bool = Field(
+        False,
+        description="vLLM colocated on a GPU: free vLLM's weights and KV cache while the "
+        "trainer steps, and bring them back before each generation (TRL's "
+        "vllm_enable_sleep_mode): more memory for training, a slower generation.",
+    )
+    vllm_max_model_length: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="vLLM's context length in tokens, which its KV cache must hold at least "
+        "once (TRL's vllm_max_model_length). null: the worker's RFT_VLLM_MAX_MODEL_LENGTH, "
+        "else max_prompt_length + max_completion_length when prompts are capped, else the "
+        "model's whole context.",
+    )
     reward_error_rate_limit: float = Field(
         0.5,
         ge=0,
@@ -322,6 +356,15 @@ class Hyperparameters(BaseModel):
                 "lr_scheduler_type 'constant' has no warmup: use 'constant_with_warmup', or "
                 "set warmup_ratio to 0"
             )
+        if self.vllm_max_model_length is not None:
+            needed = (self.max_prompt_length or 1) + self.max_completion_length
+            if self.vllm_max_model_length < needed:
+                raise ValueError(
+                    f"vllm_max_model_length ({self.vllm_max_model_length}) leaves no room for "
+                    f"a prompt of max_prompt_length ({self.max_prompt_length or 1}) and "
+                    f"max_completion_length ({self.max_completion_length}) tokens: make it at "
+                    f"least {needed}"
+                )
         completions = self.completions_per_step
         if self.micro_batch_size is None:
             self.micro_batch_size = auto_micro_batch_size(completions, self.max_completion_length)

@@ -66,6 +66,11 @@ class JobRepository:
         statement = statement.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
         return list(self.session.scalars(statement))
 
+    def count_by_status(self) -> dict[str, int]:
+        """Every tenant's jobs, counted by status (the metrics endpoint)."""
+        rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status))
+        return {status: count for status, count in rows}
+
     # the worker's statements
     def status_of(self, job_id: str) -> tuple[str, str | None, int] | None:
         """(status, worker_id, config_version): what the training loop acts on."""

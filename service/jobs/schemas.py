@@ -108,6 +108,17 @@ class JobCreate(RewardFunctionsInput):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tensor_parallel_within_devices(self) -> JobCreate:
+        tp = self.hyperparameters.vllm_tensor_parallel_size
+        if self.num_devices % tp != 0:
+            raise ValueError(
+                f"hyperparameters.vllm_tensor_parallel_size ({tp}) must divide num_devices "
+                f"({self.num_devices}): each vLLM engine spans that many of the job's GPUs "
+                "on one worker"
+            )
+        return self
+
     @field_validator("runtime_packages")
     @classmethod
     def _check_requirements(cls, packages: list[str]) -> list[str]:

@@ -15,5 +15,8 @@ router = APIRouter(prefix="/v1/reward-functions", tags=["reward functions"])
 def test_reward_functions(
     session: SessionDep, tenant_id: CurrentTenant, request: RewardFunctionTest
 ) -> RewardFunctionTestResult:
-    """Run functions on samples in the sandbox: scores, typed errors, print output, timing."""
+    """Run functions on samples in the sandbox: scores, typed errors, print output, timing.
+
+    `runtime_packages` are installed first, as for a job (the first request with a list waits
+    for pip; later ones reuse it)."""
     return service.try_reward_functions(session, tenant_id, request)

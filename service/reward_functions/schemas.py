@@ -226,6 +226,22 @@ class RewardFunctionTest(RewardFunctionsInput):
     secrets: JobSecrets = Field(
         default_factory=dict, description="Environment for the functions, as a job's secrets."
     )
+    runtime_packages: list[str] = Field(
+        default_factory=list,
+        max_length=32,  # service.jobs.schemas.MAX_RUNTIME_PACKAGES, as a job
+        description="Extra pip requirements for the functions, as a job's (e.g. 'pytest' for "
+        "a reward that runs tests): installed once per list on the API server, then reused. "
+        "A package that cannot be installed is a 400 quoting pip.",
+    )
+
+    @field_validator("runtime_packages")
+    @classmethod
+    def _plain_requirements(cls, packages: list[str]) -> list[str]:
+        # A job's rules (no pip options, URLs or paths). Imported here: the jobs' schemas
+        # import this module.
+        from service.jobs.schemas import JobCreate
+
+        return JobCreate._check_requirements(packages)
 
     @model_validator(mode="after")
     def _one_source_of_samples(self) -> RewardFunctionTest:

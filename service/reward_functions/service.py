@@ -56,6 +56,7 @@ def _run(
     *,
     allow_network: bool,
     secrets: dict[str, str],
+    runtime_packages: list[str] | None = None,
     settings: Settings | None = None,
 ) -> dict[str, FunctionResult]:
     """Score in a sandbox functions that passed check_reward_functions (its errors are
@@ -68,6 +69,7 @@ def _run(
             [{"prompt": s.prompt, **s.example} for s in samples],
             allow_network=allow_network,
             secrets=secrets,
+            runtime_packages=runtime_packages or (),
             settings=settings,
         )
     except RewardCodeError as exc:
@@ -95,11 +97,15 @@ def try_reward_functions(
         assert request.dataset_id is not None
         completions = request.completions or [""] * request.rows
         samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
+    if request.runtime_packages:
+        # Installing may take minutes: hand the database connection back meanwhile.
+        session.commit()
     results = _run(
         request.reward_functions,
         samples,
         allow_network=request.allow_network,
         secrets=request.secrets,
+        runtime_packages=request.runtime_packages,
     )
     return _describe(request.reward_functions, forms, samples, results)
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
+
+from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG
 
 SAMPLES = [
     {"prompt": "Say a", "completion": "aaa", "example": {"target": "a"}},
@@ -114,6 +117,66 @@ def test_runtime_packages_must_be_plain_requirements(client: httpx.Client) -> No
             "dataset_id": "ds_x",
             "reward_functions": {"f": {"source": "def f(prompt, completion, example): return 1"}},
             "runtime_packages": ["--index-url=http://evil.example/simple"],
+        },
+    )
+    assert response.status_code == 422
+    assert "not a plain requirement" in response.text
+
+
+# A code-execution reward as README shows it: one Python process per sample, a few at a time.
+PYTEST_REWARD = {"source": PASSES_TESTS, "max_concurrency": 4, "sample_timeout_s": 20}
+
+
+def test_readme_shows_the_tested_code_execution_reward() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert PASSES_TESTS in readme
+
+
+def test_a_reward_that_runs_pytest_scores_right_and_wrong_answers(client: httpx.Client) -> None:
+    samples = [
+        {"prompt": "Write add(a, b).", "completion": answer, "example": {"tests": TESTS}}
+        for answer in (RIGHT, WRONG, "def add(a, b) return")
+    ]
+    body = {"reward_functions": {"passes_tests": PYTEST_REWARD}, "samples": samples}
+    response = client.post("/v1/reward-functions/test", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()["results"]["passes_tests"]
+    # Without pytest every sample says what to do (and a job would be refused at creation).
+    assert result["scores"] == [None, None, None]
+    assert "add it to the job's runtime_packages" in result["errors"][0]["message"]
+
+    response = client.post(
+        "/v1/reward-functions/test", json={**body, "runtime_packages": ["pytest"]}
+    )
+    assert response.status_code == 200, response.text
+    result = response.json()["results"]["passes_tests"]
+    assert result["scores"] == [1.0, 0.0, 0.0], result
+    assert result["errors"] == []
+
+
+def test_runtime_packages_that_cannot_install_are_a_400_naming_them(
+    client: httpx.Client,
+) -> None:
+    response = client.post(
+        "/v1/reward-functions/test",
+        json={
+            "reward_functions": {"passes_tests": PYTEST_REWARD},
+            "samples": [{"prompt": "p", "completion": RIGHT, "example": {"tests": TESTS}}],
+            "runtime_packages": ["rft-no-such-package-anywhere==0.0.1"],
+        },
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "RuntimePackagesFailed"
+    detail = response.json()["detail"]
+    assert "pip could not install runtime packages" in detail
+    assert "rft-no-such-package-anywhere" in detail
+
+    response = client.post(
+        "/v1/reward-functions/test",
+        json={
+            "reward_functions": {"passes_tests": PYTEST_REWARD},
+            "samples": [{"prompt": "p", "completion": RIGHT, "example": {"tests": TESTS}}],
+            "runtime_packages": ["pytest --index-url=http://evil.example/simple"],
         },
     )
     assert response.status_code == 422

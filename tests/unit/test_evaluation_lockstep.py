@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 import torch
 
+from service.jobs.schemas import AVAILABLE_ENGINES
 from workers.training import evaluation
 from workers.training.evaluation import (
     PROMPTS_PER_BATCH,
     Evaluator,
     ValidationSettings,
     generate_calls,
+    lockstep_calls,
 )
 from workers.training.ranks import RankGroup
 
@@ -105,7 +107,48 @@ def test_a_smaller_share_fills_in_and_keeps_only_its_own_completions(
     assert completions == ["789"] * PROMPTS_PER_BATCH
 
 
-def test_other_engines_make_no_extra_call(model: CountingModel) -> None:
+@pytest.mark.parametrize(
+    ("engine", "rows", "world_size", "calls"),
+    [
+        ("fsdp", 1, 2, 1),
+        ("fsdp", 2 * PROMPTS_PER_BATCH + 1, 2, 2),
+        ("fsdp", PROMPTS_PER_BATCH, 1, 1),
+        *[
+            (engine, rows, 2, 0)
+            for engine in sorted(AVAILABLE_ENGINES - {"fsdp"})
+            for rows in (1, 33)
+        ],
+    ],
+)
+def test_only_fsdp_ranks_generate_in_lockstep(
+    engine: str, rows: int, world_size: int, calls: int
+) -> None:
+    assert lockstep_calls(engine, rows, world_size) == calls
+
+
+class AloneInAGroup(RankGroup):
+    """A rank of a group, gathering only its own share (no process group)."""
+
+    def gather(self, value: Any) -> list[Any]:
+        return [value]
+
+
+@pytest.mark.parametrize(
+    ("engine", "calls"),
+    [("is_fsdp_enabled", [1]), ("is_deepspeed_enabled", []), (None, [])],
+    ids=["fsdp", "deepspeed", "ddp"],
+)
+def test_a_rank_without_prompts_generates_only_under_fsdp(
+    model: CountingModel, engine: str | None, calls: list[int]
+) -> None:
+    """Through evaluate(), where the engine decides: one prompt over two ranks leaves rank 0
+    without prompts; it calls generate() once under FSDP (rank 1 generates for the prompt),
+    and never under another engine (no rank waits for it there)."""
     evaluator = Evaluator([{"prompt": "only"}], SETTINGS)
-    assert evaluator._generate(trainer(fsdp=False), [], step=1) == []
-    assert model.calls == []
+    running = trainer(fsdp=False)
+    if engine is not None:
+        setattr(running, engine, True)
+    dispatcher = SimpleNamespace(config=SimpleNamespace(functions=[], version=1), sandbox=None)
+    record = evaluator.evaluate(running, dispatcher, step=1, ranks=AloneInAGroup(0, 2))
+    assert model.calls == calls
+    assert record.samples == 0 and record.prompts == 1

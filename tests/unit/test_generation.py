@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from service.jobs.gpu_memory import JobMemory, ModelShape, plan_memory
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
 from tests.tiny import TINY_HYPERPARAMETERS
+from tests.unit.test_gpu_memory import QWEN25_7B
 from workers.training import generation
 from workers.training.generation import (
     Generation,
@@ -90,11 +92,37 @@ def test_colocate_arguments(vllm_usable: None) -> None:
         "use_vllm": True,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": 0.05,
+        "vllm_tensor_parallel_size": 1,
+        "vllm_enable_sleep_mode": False,
         # No explicit length: prompt cap + completion length.
         "vllm_max_model_length": 48 + TINY_HYPERPARAMETERS["max_completion_length"],
     }
     explicit = choose_generation(settings(generation_backend="vllm", vllm_max_model_length=256))
     assert explicit.grpo_arguments(hyperparameters())["vllm_max_model_length"] == 256
+
+
+def test_a_jobs_vllm_hyperparameters_win(vllm_usable: None) -> None:
+    gpu = Generation(
+        backend="vllm", device="cuda", mode="colocate", memory_fraction=0.3, max_model_length=256
+    )
+    hp = hyperparameters(
+        vllm_gpu_memory_utilization=0.6,
+        vllm_tensor_parallel_size=2,
+        vllm_sleep_mode=True,
+        vllm_max_model_length=4096,
+    )
+    sized = plan_memory(ModelShape.from_config(QWEN25_7B), JobMemory(32, 512, 512, 16), 80.0)
+    arguments = gpu.grpo_arguments(hp, sized)
+    assert arguments["vllm_gpu_memory_utilization"] == 0.6  # the job's own, over the plan's
+    assert arguments["vllm_tensor_parallel_size"] == 2
+    assert arguments["vllm_enable_sleep_mode"] is True
+    assert arguments["vllm_max_model_length"] == 4096  # over RFT_VLLM_MAX_MODEL_LENGTH
+    # Unset: the share sized for the job and GPU, over RFT_VLLM_MEMORY_FRACTION.
+    assert gpu.grpo_arguments(hyperparameters(), sized)["vllm_gpu_memory_utilization"] == 0.42
+    assert gpu.grpo_arguments(hyperparameters())["vllm_gpu_memory_utilization"] == 0.3
+    # Sleep mode needs CUDA's memory pools: vLLM's CPU build has none.
+    cpu = Generation(backend="vllm", device="cpu", mode="colocate", memory_fraction=0.1)
+    assert cpu.grpo_arguments(hp)["vllm_enable_sleep_mode"] is False
 
 
 def test_server_mode_is_refused_on_cpu_naming_nccl(

@@ -53,3 +53,24 @@ def test_illegal_transition_is_a_409_naming_both_states() -> None:
         ensure_transition("job_1", JobStatus.SUCCEEDED, JobStatus.CANCELLED)
     assert raised.value.status_code == 409
     assert "succeeded" in raised.value.detail and "cancelled" in raised.value.detail
+
+
+def test_the_sdk_knows_every_status_and_which_end_a_job() -> None:
+    import rft
+
+    assert {status.value for status in rft.JobStatus} == {status.value for status in JobStatus}
+    for status in JobStatus:
+        assert rft.JobStatus(status.value).is_terminal == status.is_terminal
+
+
+def test_every_status_reads_as_one_of_openais() -> None:
+    from typing import get_args
+
+    from service.openai_compat.fine_tuning.schemas import FineTuningJobStatus
+    from service.openai_compat.fine_tuning.service import openai_status
+
+    assert {openai_status(status) for status in JobStatus} <= set(get_args(FineTuningJobStatus))
+    # OpenAI has no "pausing": the job reads paused from the pause on.
+    assert openai_status(JobStatus.PAUSING) == "paused"
+    assert openai_status(JobStatus.PAUSED) == "paused"
+    assert openai_status(JobStatus.RUNNING) == "running"

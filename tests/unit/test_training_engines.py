@@ -3,9 +3,7 @@ and the engines a worker refuses before starting anything."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-from pathlib import Path
 
 import pytest
 import yaml
@@ -77,50 +75,14 @@ def test_fsdp_is_refused_on_a_worker_without_cuda_devices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # FACTS: on CPU, FSDP through accelerate either refuses or silently trains as plain DDP.
-    monkeypatch.setattr(engines, "cuda_device_count", lambda: 0)
+    # GPUs torch can use (workers.training.cuda): tests/unit/test_cuda_probe.py.
+    monkeypatch.setattr(engines, "usable_cuda_devices", lambda: 0)
     with pytest.raises(EngineUnavailable, match="'fsdp' needs CUDA GPUs and this worker has none"):
         check_engine_available("fsdp")
-    monkeypatch.setattr(engines, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(engines, "usable_cuda_devices", lambda: 2)
     check_engine_available("fsdp")
-
-
-def test_cuda_devices_are_counted_from_the_driver_narrowed_by_cuda_visible_devices(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    for index in range(4):
-        (tmp_path / f"0000:0{index}:00.0").mkdir()
-    real_path = engines.Path
-    monkeypatch.setattr(
-        engines,
-        "Path",
-        lambda name: tmp_path if name == "/proc/driver/nvidia/gpus" else real_path(name),
-    )
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert engines.cuda_device_count() == 4
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert engines.cuda_device_count() == 2
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-    assert engines.cuda_device_count() == 0
 
 
 def test_engines_the_worker_cannot_launch_are_refused() -> None:
     with pytest.raises(EngineUnavailable, match="'horovod' is not available"):
         check_engine_available("horovod")
-
-
-def test_a_worker_offering_more_gpus_than_it_sees_refuses_to_start(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from service import cli
-    from service.settings import get_settings
-
-    monkeypatch.setenv("RFT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
-    monkeypatch.setenv("RFT_REDIS_URL", "redis://127.0.0.1:1/0")
-    monkeypatch.setenv("RFT_WORKER_DEVICES", "4")
-    monkeypatch.setattr(engines, "cuda_device_count", lambda: 2)
-    get_settings.cache_clear()
-    try:
-        assert cli._worker(argparse.Namespace()) == 2
-    finally:
-        get_settings.cache_clear()
-    assert "RFT_WORKER_DEVICES=4, but this worker sees 2 GPU(s)" in capsys.readouterr().err

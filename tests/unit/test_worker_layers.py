@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.database",
             "workers.celery_app",
             "workers.queue",
+            "workers.device_memory",
             "workers.training.step_records",
             "workers.training.observer",
         },
@@ -28,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "training, inside a rank",
         {
             "workers.job_sandbox",
+            "workers.training.cuda",
             "workers.training.engines",
             "workers.training.evaluation",
             "workers.training.generation",
@@ -43,6 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.tiny_model",
             "workers.training.trackers",
             "workers.training.vllm_cpu",
+            "workers.training.vllm_memory",
         },
     ),
     ("the rank process", {"workers.training.rank_process"}),

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from workers.failures import EngineUnavailable
+from workers.training.cuda import usable_cuda_devices
 
 # How each engine's ranks share the training; DeepSpeed and FSDP go through accelerate launch.
 DEEPSPEED_ZERO_STAGES = {"deepspeed_zero2": 2, "deepspeed_zero3": 3}
@@ -34,18 +33,6 @@ class Rendezvous:
     master_port: int
 
 
-def cuda_device_count() -> int:
-    """NVIDIA GPUs this process may use, without importing torch (the worker keeps torch out
-    of its own process): the driver's list, narrowed by CUDA_VISIBLE_DEVICES when set."""
-    gpus = Path("/proc/driver/nvidia/gpus")
-    present = len(list(gpus.iterdir())) if gpus.is_dir() else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return present
-    chosen = [device for device in visible.split(",") if device.strip() not in ("", "-1")]
-    return min(present, len(chosen))
-
-
 def check_engine_available(engine: str) -> None:
     """Refuse, before any process starts, an engine this worker cannot run."""
     if engine in DEEPSPEED_ZERO_STAGES and importlib.util.find_spec("deepspeed") is None:
@@ -53,12 +40,14 @@ def check_engine_available(engine: str) -> None:
             f"engine {engine!r} needs DeepSpeed, which is not installed on this worker "
             "(pip install 'rft-service[deepspeed]')"
         )
-    if engine == FSDP_ENGINE and cuda_device_count() == 0:
+    if engine == FSDP_ENGINE and usable_cuda_devices() == 0:
         # FACTS: through accelerate, FSDP1 refuses a CPU and FSDP2 silently trains as plain DDP
         # (every rank holding the whole model): refused rather than run as something else.
+        # Usable GPUs, as torch sees them: a driver's GPUs that torch cannot use train on CPU.
         raise EngineUnavailable(
-            "engine 'fsdp' needs CUDA GPUs and this worker has none (FSDP does not run on "
-            "CPU); use 'ddp', or 'deepspeed_zero2'/'deepspeed_zero3' to shard on CPU"
+            "engine 'fsdp' needs CUDA GPUs and this worker has none that torch can use (FSDP "
+            "does not run on CPU); use 'ddp', or 'deepspeed_zero2'/'deepspeed_zero3' to shard "
+            "on CPU"
         )
     if engine not in ACCELERATE_ENGINES and engine != "ddp":
         raise EngineUnavailable(f"engine {engine!r} is not available on this worker")

@@ -22,6 +22,7 @@ import torch
 from trl.models import unwrap_model_for_generation
 
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.engines import FSDP_ENGINE
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.ranks import RankGroup
 from workers.training.reward_dispatch import RewardDispatcher, function_score, score_samples
@@ -100,11 +101,7 @@ class Evaluator:
         config = dispatcher.config
         names = [spec.name for spec in config.functions]
         prompts = [row["prompt"] for row in share]
-        # Under FSDP each forward gathers every layer's weights from all ranks: every rank must
-        # call generate() as often as the one with the largest share (a rank with fewer or no
-        # prompts fills in with discarded calls), or the others wait forever. Elsewhere a rank
-        # generates alone once its weights are whole (DDP; ZeRO-3 gathers them up front).
-        calls = generate_calls(len(self.rows), ranks.world_size) if _is_fsdp(trainer) else 0
+        calls = lockstep_calls(_engine(trainer), len(self.rows), ranks.world_size)
         completions = self._generate(trainer, prompts, step, calls)
         repeats = self.settings.completions_per_prompt
         scored = ScoredShare(scores={name: [] for name in names}, errors={}, totals=[])
@@ -267,6 +264,23 @@ def generate_calls(rows: int, world_size: int) -> int:
     """The generate() calls of the rank with the largest share of ``rows`` (Evaluator._share)."""
     largest_share = -(-rows // world_size)
     return -(-largest_share // PROMPTS_PER_BATCH)
+
+
+def lockstep_calls(engine: str, rows: int, world_size: int) -> int:
+    """The generate() calls every rank makes whatever its share of ``rows`` (0: only its own).
+
+    Under FSDP each forward gathers every layer's weights from all ranks: every rank must call
+    generate() as often as the one with the largest share (a rank with fewer or no prompts
+    fills in with discarded calls), or the others wait forever. Under the other engines a rank
+    generates alone once its weights are whole (DDP; ZeRO-3 gathers them up front)."""
+    return generate_calls(rows, world_size) if engine == FSDP_ENGINE else 0
+
+
+def _engine(trainer: RecordingGRPOTrainer) -> str:
+    """The engine, as far as validation tells them apart: FSDP or another."""
+    if _is_fsdp(trainer):
+        return FSDP_ENGINE
+    return "deepspeed" if getattr(trainer, "is_deepspeed_enabled", False) else "ddp"
 
 
 def _is_fsdp(trainer: RecordingGRPOTrainer) -> bool:

@@ -16,6 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from service.jobs.gpu_memory import MemoryPlan, vllm_max_model_length
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
 from workers.failures import GenerationSetupError
@@ -73,8 +74,12 @@ class Generation:
             return f"vllm (server {self.server.host}:{self.server.port})"
         return f"vllm ({self.mode}, {self.device})"
 
-    def grpo_arguments(self, hp: Hyperparameters) -> dict[str, Any]:
-        """The GRPOConfig fields that select and configure generation."""
+    def grpo_arguments(
+        self, hp: Hyperparameters, memory: MemoryPlan | None = None
+    ) -> dict[str, Any]:
+        """The GRPOConfig fields that select and configure generation. ``memory``: the plan
+        sized for this job and GPU (workers.training.vllm_memory), whose share vLLM gets
+        unless the job gives one."""
         if not self.uses_vllm:
             return {"use_vllm": False}
         if self.server is not None:
@@ -86,15 +91,19 @@ class Generation:
                 "vllm_group_port": self.server.group_port,
                 "vllm_server_timeout": self.server.timeout_s,
             }
+        computed = memory.utilization if memory is not None else None
         arguments: dict[str, Any] = {
             "use_vllm": True,
             "vllm_mode": "colocate",
-            "vllm_gpu_memory_utilization": self.memory_fraction,
+            "vllm_gpu_memory_utilization": hp.vllm_gpu_memory_utilization
+            or computed
+            or self.memory_fraction,
+            "vllm_tensor_parallel_size": hp.vllm_tensor_parallel_size,
+            # vLLM's sleep mode needs CUDA's memory pools: a GPU-only setting.
+            "vllm_enable_sleep_mode": hp.vllm_sleep_mode and self.device == "cuda",
         }
-        max_model_length = self.max_model_length
-        if max_model_length is None and hp.max_prompt_length is not None:
-            # Otherwise vLLM sizes its KV cache for the model's full context window.
-            max_model_length = hp.max_prompt_length + hp.max_completion_length
+        # Without one, vLLM's context is the model's whole window, which its KV cache must hold.
+        max_model_length = vllm_max_model_length(hp, self.max_model_length)
         if max_model_length is not None:
             arguments["vllm_max_model_length"] = max_model_length
         return arguments
@@ -140,15 +149,26 @@ def release_vllm(trainer: Any) -> None:
     vllm_generation = getattr(trainer, "vllm_generation", None)
     if vllm_generation is None:
         return
-    llm = getattr(vllm_generation, "llm", None)
-    if llm is not None:
-        # Unfreezes the collector, destroys vLLM's process groups, empties device caches.
-        llm.llm_engine.engine_core.shutdown()
-        vllm_generation.llm = None
-    client = getattr(vllm_generation, "vllm_client", None)
-    if client is not None:
-        client.close_communicator()
-    gc.collect()
+    try:
+        llm = getattr(vllm_generation, "llm", None)
+        if llm is not None:
+            vllm_generation.llm = None  # once, even if the shutdown fails half-way
+            # Unfreezes the collector, destroys vLLM's process groups (under external_launcher
+            # the default group too: the trainer's own; call this after the last collective),
+            # empties device caches.
+            llm.llm_engine.engine_core.shutdown()
+    finally:
+        # Server mode (rank 0 only): the NCCL group TRL's VLLMClient opened with the server.
+        # Closed on every path, or the server keeps waiting on this trainer's socket. TRL 1.16
+        # closes only its own end (close_communicator: the group's store and socket); neither
+        # TRL nor vLLM 0.30 has a request that resets the server's end, and none is needed:
+        # the next job's init_communicator replaces the server's group
+        # (/init_weight_transfer_engine). A server stuck in a weight broadcast from a trainer
+        # that died mid-send recovers only by a restart.
+        client = getattr(vllm_generation, "vllm_client", None)
+        if client is not None:
+            client.close_communicator()
+        gc.collect()
 
 
 def vllm_unusable_reason(device: Device) -> str | None:
@@ -205,8 +225,9 @@ def _server(settings: Settings, device: Device) -> VllmServer:
 
 
 def _trainer_device() -> Device:
-    # Imported here, like the trainer: the job runner imports this module, and a worker should
-    # start (and take a job's lease) without waiting for torch.
-    import torch
+    # The trainer's own answer (workers.training.cuda); torch is imported there, when first
+    # asked: the job runner imports this module, and a worker should start (and take a job's
+    # lease) without waiting for torch.
+    from workers.training.cuda import usable_cuda_devices
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if usable_cuda_devices() > 0 else "cpu"

@@ -24,6 +24,7 @@ from trl import GRPOConfig
 
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
 from workers.training.grpo_trainer import RecordingGRPOTrainer
@@ -32,6 +33,7 @@ from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatc
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
+from workers.training.vllm_memory import colocated_memory_plan
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,25 @@ def run_grpo(
     dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset)
     dispatcher.load_initial()
     trainer = build_trainer(spec, dispatcher)
+    try:
+        outcome = _train_and_save(spec, trainer, dispatcher, observer)
+    except BaseException:
+        # The run's own error is what the job reports: a release failing now is only logged.
+        _release_generation(trainer)
+        raise
+    # Only now, after the save: under colocate (external_launcher) vLLM's shutdown destroys
+    # the default process group, which is the trainer's own; FSDP and ZeRO-3 gather the
+    # adapter's weights over it to save them.
+    _release_generation(trainer)
+    return outcome
+
+
+def _train_and_save(
+    spec: TrainingSpec,
+    trainer: RecordingGRPOTrainer,
+    dispatcher: RewardDispatcher,
+    observer: TrainingObserver,
+) -> TrainingOutcome:
     logger.info(
         "GRPO on %s: %d steps, %d completions per step, generation: %s, resume from %s",
         spec.base_model,
@@ -76,11 +97,7 @@ def run_grpo(
     trainer.add_callback(reporter)
 
     resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    try:
-        trainer.train(resume_from_checkpoint=resume)
-    finally:
-        # The worker's next job needs the memory (and the process group) back.
-        release_vllm(trainer)
+    trainer.train(resume_from_checkpoint=resume)
 
     adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
     # The PEFT model saves only the adapter; the tokenizer makes the folder loadable alone.
@@ -92,11 +109,21 @@ def run_grpo(
     )
 
 
+def _release_generation(trainer: RecordingGRPOTrainer) -> None:
+    """Shut vLLM down (engine, or the server's weight-sync channel) on every path, logging a
+    failure rather than raising it: by now the run has its outcome (its adapter saved) or its
+    own error, and either is what the job reports."""
+    try:
+        release_vllm(trainer)
+    except Exception:
+        logger.exception("could not release vLLM after the run (the run's outcome stands)")
+
+
 def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> RecordingGRPOTrainer:
     """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function."""
     hp = spec.hyperparameters
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
-    use_cuda = torch.cuda.is_available()
+    use_cuda = usable_cuda_devices() > 0
     use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
     if spec.generation.vllm_on_cpu:
         # Before the trainer starts vLLM: its CPU backend must keep weights TRL can sync.
@@ -109,7 +136,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     # Before the model, as when TRL loads it itself: the config sets torch.distributed up, so
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
-    args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16)
+    args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
     )
@@ -131,9 +158,15 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         mask_truncated_completions=hp.mask_truncated_completions,
         reproducible_sampling=hp.reproducible_sampling,
     )
-    # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
-    trainer.remove_callback(PrinterCallback)
-    trainer.set_sampling(temperature=spec.reward_config.temperature, top_p=spec.reward_config.top_p)
+    try:
+        # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
+        trainer.remove_callback(PrinterCallback)
+        trainer.set_sampling(
+            temperature=spec.reward_config.temperature, top_p=spec.reward_config.top_p
+        )
+    except BaseException:
+        _release_generation(trainer)  # vLLM has started with the trainer
+        raise
     return trainer
 
 
@@ -178,7 +211,9 @@ def per_rank_batches(hp: Hyperparameters, world_size: int) -> tuple[int, int]:
     return micro, per_rank // micro
 
 
-def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOConfig:
+def _grpo_config(
+    spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool, model_path: str | None = None
+) -> GRPOConfig:
     hp = spec.hyperparameters
     # torchrun says how many processes share the job; one process is a world of one.
     micro_batch, accumulation = per_rank_batches(hp, int(os.environ.get("WORLD_SIZE", "1")))
@@ -238,7 +273,7 @@ def _grpo_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> GRPOC
         disable_tqdm=True,
         log_completions=False,
         dataloader_num_workers=0,
-        **spec.generation.grpo_arguments(hp),
+        **spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path)),
     )
 
 

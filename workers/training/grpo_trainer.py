@@ -30,9 +30,12 @@ class RecordingGRPOTrainer(GRPOTrainer):
         reproducible_sampling: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        if reproducible_sampling and self.use_vllm:
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if reproducible_sampling and getattr(config, "use_vllm", False):
+            # Refused before TRL starts vLLM: an error after it would leave an engine (or a
+            # server's weight-sync channel) that no one shuts down.
             raise ValueError("reproducible_sampling needs transformers generation, not vLLM")
+        super().__init__(*args, **kwargs)
         # Each completion's sampling noise keyed by (seed, step, its index in the step's global
         # batch): the same completions on 1 or N ranks (workers.training.reproducible_sampling).
         self.reproducible_sampling = reproducible_sampling

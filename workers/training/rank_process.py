@@ -48,6 +48,7 @@ LOG_FORMAT = "[%(asctime)s: %(levelname)s/rank%(rank)s] %(message)s"
 _PR_SET_PDEATHSIG = 1
 # Logged once a spare has imported everything (bench/bench_first_step.py waits for it).
 SPARE_READY = "spare training process ready for a job"
+_MODULE = "workers.training.rank_process"  # as the worker starts it (python -m)
 
 logger = logging.getLogger("workers.training.rank_process")
 
@@ -244,18 +245,27 @@ def _warm_imports() -> None:
 def _warm_first_job() -> None:
     """Pay, while no job waits, what a job's first trainer would otherwise pay on its way to
     step 1 (bench/bench_first_step.py). Nothing here depends on the job, and nothing holds
-    memory beyond a module or a table: no model is loaded."""
+    memory beyond a module or a table: no model is loaded. (A spare runs the same parts, split
+    between its warm-up thread and its main thread: ``_run_spare``.)"""
+    _warm_tables()
+    _warm_first_step()
+    _freeze_imports()
+
+
+def _warm_tables() -> None:
+    """Imports and tables a first trainer builds (run at the spare's idle priority: nothing
+    here starts a thread that a job goes on using)."""
     import importlib.util
 
-    import torch
-
-    from workers.training.engines import cuda_device_count
+    from workers.training.cuda import NVIDIA_PROC
 
     # accelerate imports DeepSpeed whenever it is installed, the first time the trainer asks
-    # whether its model is a PEFT model (extract_model_from_parallel). Only without GPUs:
-    # DeepSpeed's import probes the CUDA accelerator, which an idle spare must not hold (not
-    # verified on a GPU; there 0.1-0.2 s is nothing next to loading the model).
-    if cuda_device_count() == 0 and importlib.util.find_spec("deepspeed") is not None:
+    # whether its model is a PEFT model (extract_model_from_parallel). Only where the driver
+    # lists no GPU (read from /proc: asking torch would start CUDA in this thread): DeepSpeed's
+    # import probes the CUDA accelerator, which an idle spare must not hold (not verified on a
+    # GPU; there 0.1-0.2 s is nothing next to loading the model).
+    no_gpu = not any(Path(NVIDIA_PROC, "gpus").glob("*"))
+    if no_gpu and importlib.util.find_spec("deepspeed") is not None:
         import deepspeed  # noqa: F401
     # transformers compiles its table of checkpoint key renamings (~900 regexes, every model
     # type) at the first from_pretrained, and keeps it for the process. An internal API:
@@ -264,21 +274,252 @@ def _warm_first_job() -> None:
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
         get_checkpoint_conversion_mapping("llama")
-    # torch's first autograd pass and optimizer step, and its first record_function (TRL
-    # profiles every step with one; it imports torch's CUPTI monitor), on a throwaway layer;
-    # fork_rng leaves the random state as a fresh process has it.
+
+
+def _warm_first_step() -> None:
+    """torch's first autograd pass and optimizer step, and its first record_function (TRL
+    profiles every step with one; it imports torch's CUPTI monitor), on a throwaway layer;
+    fork_rng leaves the random state as a fresh process has it. ~0.02 s. A spare runs it on
+    its main thread, at the job's priority: the first backward starts autograd's thread per
+    GPU, which the job's backward then uses."""
+    import torch
+
     with torch.random.fork_rng(devices=[]), torch.autograd.profiler.record_function("warm-up"):
         layer = torch.nn.Linear(8, 8)
         optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
         torch.nn.functional.log_softmax(layer(torch.ones(2, 8)), dim=-1).mean().backward()
         torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
         optimizer.step()
+
+
+def _freeze_imports() -> None:
     # The imports left about half a million objects for the cyclic collector to walk, and
     # Trainer.train() runs gc.collect() before its first step (accelerate's free_memory).
     # Freezing them (module-level objects that live as long as the process) takes them out of
     # every later collection; the job's own objects are collected as usual.
     gc.collect()
     gc.freeze()
+
+
+# The spare's priority (issue 22). Its warm-up (imports, tables, gc: seconds of CPU) runs while
+# the previous job trains, in a thread of its own at the lowest CPU priority (nice 19,
+# SCHED_IDLE): it takes only CPU that the job leaves idle. Linux keeps nice and the scheduling
+# policy per thread, and a thread inherits its creator's: the main thread, which runs the job,
+# stays at the priority the worker gave the process. An unprivileged process cannot raise a
+# thread's priority again (that takes CAP_SYS_NICE, or RLIMIT_NICE), so the design never needs
+# to, except for threads that a library started from the warm-up thread; those are raised when
+# the job comes where the process may (root, or as the worker raises them: launch.py), and
+# where it may not, the libraries known to start threads when imported (numpy's OpenBLAS,
+# pyarrow's jemalloc) are imported by the main thread first. "normal" keeps the warm-up at the
+# worker's priority, as before issue 22: for comparisons (bench/bench_spare_priority.py) and
+# for tests that cannot wait for an idle CPU.
+SPARE_PRIORITY_ENV = "RFT_SPARE_WARM_UP_PRIORITY"
+_THREAD_STARTING_IMPORTS = ("numpy", "pyarrow")
+# A job that comes before the warm-up ended, in a process that cannot raise the warm-up thread:
+# waited for while the thread gets CPU; if it runs for less than this share of a window while
+# it waits for a CPU for more than half of it (other processes hold every CPU), the spare
+# starts the job in a fresh process image at its own priority instead (exec: same pid).
+_STARVED_RUN_SHARE = 0.1
+_STARVED_WINDOW_S = 0.5
+
+
+@dataclass(frozen=True)
+class ThreadPriority:
+    """A thread's CPU priority as Linux keeps it (per thread): scheduling policy and nice."""
+
+    policy: int
+    nice: int
+    rt_priority: int = 0
+
+    @classmethod
+    def of(cls, tid: int) -> ThreadPriority:
+        return cls(
+            os.sched_getscheduler(tid),
+            os.getpriority(os.PRIO_PROCESS, tid),
+            os.sched_getparam(tid).sched_priority,
+        )
+
+    def apply(self, tid: int) -> None:
+        """Give thread ``tid`` this priority; PermissionError where raising it is not allowed."""
+        if self.policy == getattr(os, "SCHED_IDLE", None):  # lowering: nice first, then idle
+            os.setpriority(os.PRIO_PROCESS, tid, self.nice)
+            os.sched_setscheduler(tid, self.policy, os.sched_param(self.rt_priority))
+        else:  # raising: the policy (out of SCHED_IDLE), then nice
+            os.sched_setscheduler(tid, self.policy, os.sched_param(self.rt_priority))
+            os.setpriority(os.PRIO_PROCESS, tid, self.nice)
+
+
+def lowest_priority() -> ThreadPriority:
+    return ThreadPriority(os.SCHED_IDLE, 19)
+
+
+def can_lower_threads() -> bool:
+    """Linux only: elsewhere nice applies to the whole process, and the job would keep it."""
+    return sys.platform.startswith("linux") and hasattr(os, "SCHED_IDLE")
+
+
+def thread_priorities(pid: int) -> dict[int, ThreadPriority]:
+    """Every thread of process ``pid`` (its main thread's id is ``pid``) and its priority."""
+    found = {}
+    for name in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            found[int(name)] = ThreadPriority.of(int(name))
+    return found
+
+
+def lowered_threads(pid: int) -> list[int]:
+    """The threads of process ``pid`` whose priority is not its main thread's."""
+    threads = thread_priorities(pid)
+    normal = threads.pop(pid, None)
+    return [tid for tid, priority in threads.items() if normal and priority != normal]
+
+
+def raise_lowered_threads(pid: int) -> list[int]:
+    """Give every thread of ``pid`` below its main thread's priority that priority again (as
+    far as this process is allowed); the threads left lower."""
+    normal = ThreadPriority.of(pid)
+    left = []
+    for tid in lowered_threads(pid):
+        try:
+            normal.apply(tid)
+        except PermissionError:
+            left.append(tid)
+        except OSError:  # ProcessLookupError: it ended
+            pass
+    return left
+
+
+def _may_raise_priority() -> bool:
+    """Whether this process may raise a thread from the lowest priority back to its own
+    (CAP_SYS_NICE, or RLIMIT_NICE): tried on a throwaway thread."""
+    import threading
+
+    normal = ThreadPriority.of(threading.get_native_id())
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        tid = threading.get_native_id()
+        try:
+            lowest_priority().apply(tid)
+            normal.apply(tid)
+            allowed.append(True)
+        except OSError:
+            allowed.append(False)
+
+    thread = threading.Thread(target=probe, name="spare-priority-probe")
+    thread.start()
+    thread.join()
+    return allowed == [True]
+
+
+def _warm_up_in_background(lowest: bool, done: int) -> None:
+    """The spare's warm-up thread: at the lowest priority (``lowest``), then write to ``done``."""
+    import threading
+
+    try:
+        if lowest:
+            lowest_priority().apply(threading.get_native_id())
+        _warm_imports()
+        _warm_tables()
+        _freeze_imports()
+    except BaseException:
+        # The job that comes meets the same error, and fails saying so.
+        logger.exception("the spare's warm-up failed")
+    finally:
+        os.write(done, b"x")
+
+
+def _wait_for_warm_up_or_job(done: int) -> bool:
+    """Until the warm-up thread ends (False) or the worker writes (True: a job, or EOF)."""
+    import select
+
+    ready, _, _ = select.select([sys.stdin.fileno(), done], [], [])
+    return sys.stdin.fileno() in ready
+
+
+def _schedstat(tid: int) -> tuple[int, int] | None:
+    """Nanoseconds thread ``tid`` ran and waited for a CPU (runnable), or None if unknown."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def starved(ran_ns: int, waited_ns: int, window_s: float = _STARVED_WINDOW_S) -> bool:
+    """A thread that wanted a CPU most of the window and hardly got one."""
+    window_ns = window_s * 1e9
+    return ran_ns < _STARVED_RUN_SHARE * window_ns and waited_ns > 0.5 * window_ns
+
+
+def _finish_warm_up_for(job_dir: Path, warm_up: Any, may_raise: bool) -> None:
+    """A job came before the warm-up ended: let the warm-up finish at the job's priority, or,
+    where its thread cannot be raised and gets no CPU, start the job in a fresh process
+    image (os.execv: the same pid, the worker sees no difference; cold imports)."""
+    left = raise_lowered_threads(os.getpid()) if may_raise else [warm_up.native_id]
+    if warm_up.native_id not in left:
+        warm_up.join()
+        return
+    before = _schedstat(warm_up.native_id)
+    while warm_up.is_alive():
+        warm_up.join(_STARVED_WINDOW_S)
+        now = _schedstat(warm_up.native_id)
+        if before is None or now is None or not warm_up.is_alive():
+            continue
+        if starved(now[0] - before[0], now[1] - before[1]):
+            logger.warning(
+                "the spare's warm-up gets no CPU (other processes hold every CPU) and this "
+                "process may not raise its priority: starting the job in a fresh process"
+            )
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.execv(sys.executable, [sys.executable, "-m", _MODULE, str(job_dir)])
+        before = now
+
+
+def _run_spare() -> int:
+    """Warm up for a job while none waits, then run the one the worker sends on stdin."""
+    import select
+    import threading
+
+    job_waiting = bool(select.select([sys.stdin.fileno()], [], [], 0)[0])
+    mode = os.environ.get(SPARE_PRIORITY_ENV, "idle")
+    # Started for a job that is already waiting (no spare was ready): no reason to hold back.
+    lowest = mode != "normal" and can_lower_threads() and not job_waiting
+    may_raise = lowest and _may_raise_priority()
+    if lowest and not may_raise:
+        for module in _THREAD_STARTING_IMPORTS:
+            with contextlib.suppress(ImportError):
+                __import__(module)
+    done_read, done_write = os.pipe()
+    warm_up = threading.Thread(
+        target=_warm_up_in_background, args=(lowest, done_write), name="spare-warm-up", daemon=True
+    )
+    warm_up.start()
+    sandbox_ahead = None
+    if not _wait_for_warm_up_or_job(done_read):
+        warm_up.join()
+        # At the job's priority, on this thread (both start threads the job goes on using).
+        _warm_first_step()
+        gc.freeze()
+        sandbox_ahead = _start_sandbox_ahead()
+        logger.info(SPARE_READY)
+    line = sys.stdin.readline()
+    if not line:  # the worker closed its end: no job came
+        if sandbox_ahead is not None:
+            sandbox_ahead.close()
+        if warm_up.is_alive():  # mid-import: leave without the interpreter's teardown
+            logging.shutdown()
+            os._exit(0)
+        return 0
+    job_dir = Path(json.loads(line)["job_dir"])
+    if warm_up.is_alive():
+        _finish_warm_up_for(job_dir, warm_up, may_raise)
+    if lowest:  # threads a library started from the warm-up thread, if any
+        left = raise_lowered_threads(os.getpid()) if may_raise else lowered_threads(os.getpid())
+        if left:
+            logger.warning("threads %s of the job's process stay at a lower priority", left)
+    return run_rank(job_dir, sandbox_ahead)
 
 
 def main(argv: list[str]) -> int:
@@ -289,16 +530,7 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     _configure_logging()
     if argv[:1] == ["--spare"]:
-        _warm_imports()
-        _warm_first_job()
-        sandbox_ahead = _start_sandbox_ahead()
-        logger.info(SPARE_READY)
-        line = sys.stdin.readline()
-        if not line:
-            if sandbox_ahead is not None:
-                sandbox_ahead.close()
-            return 0  # the worker closed its end: no job came
-        return run_rank(Path(json.loads(line)["job_dir"]), sandbox_ahead)
+        return _run_spare()
     return run_rank(Path(argv[0]))
 
 

@@ -1,0 +1,70 @@
+"""At job creation: refuse a job whose vLLM and trainer cannot share the GPUs of any worker
+that could take it (the arithmetic: service.jobs.gpu_memory).
+
+Checked only where it applies: every running worker able to hold the job (enough devices)
+says it has CUDA GPUs of a known size and generates with vLLM colocated on them, and the base
+model's config.json can be read here (a local directory, or the hub). Otherwise nothing is
+checked: a CPU-only deployment, a worker generating with transformers, an unreadable model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+
+from service.base_models.model_config import read_model_files
+from service.errors import BadRequest
+from service.jobs.gpu_memory import JobMemory, ModelShape, UnknownModelShape, plan_memory
+from service.jobs.schemas import JobCreate
+from service.settings import Settings
+from workers.queue import WorkerCapacity, live_workers
+
+logger = logging.getLogger(__name__)
+
+
+class JobDoesNotFitGpu(BadRequest):
+    pass
+
+
+def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
+    """Raise JobDoesNotFitGpu (400) when the job fits none of the GPUs that would run it."""
+    workers = _vllm_gpu_workers(payload, settings)
+    if not workers:
+        return
+    files = read_model_files(payload.base_model, settings)
+    if files is None:
+        return
+    try:
+        shape = ModelShape.from_config(files.config, checkpoint_bytes=files.checkpoint_bytes)
+    except UnknownModelShape as exc:
+        logger.info("not checking GPU memory for %r: %s", payload.base_model, exc)
+        return
+    job = JobMemory.from_hyperparameters(
+        payload.hyperparameters,
+        num_devices=payload.num_devices,
+        num_nodes=payload.num_nodes,
+        engine=payload.engine,
+    )
+    device_gib = max(worker.gpu_memory_gib or 0.0 for worker in workers)
+    plan = plan_memory(shape, job, device_gib)
+    if plan.problem is not None:
+        raise JobDoesNotFitGpu(f"base_model {payload.base_model!r}: {plan.problem}")
+
+
+def _vllm_gpu_workers(payload: JobCreate, settings: Settings) -> list[WorkerCapacity]:
+    """The running workers that could take the job, when all of them generate with vLLM on
+    GPUs of known size; else none (the job may run where this check does not apply)."""
+    if not settings.redis_url:
+        return []
+    try:
+        workers = live_workers(settings.redis_url)
+    except RedisError as exc:
+        logger.warning("could not read the workers' adverts: %s", exc)
+        return []
+    able = [worker for worker in workers if worker.devices >= payload.num_devices]
+    if not able or not all(
+        worker.accelerator == "cuda" and worker.vllm and worker.gpu_memory_gib for worker in able
+    ):
+        return []
+    return able
