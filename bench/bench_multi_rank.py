@@ -2,22 +2,27 @@
 emulated machines of 1 process each (num_nodes=2: two workers, torchrun --nnodes 2), same
 global batch (prompts_per_step x num_generations completions per step), through the API.
 
-A LocalStack per layout (RFT_WORKER_DEVICES, one worker per node), one job asking for that
-many devices (num_devices, num_nodes) each; the step rows' duration_s (generation, scoring,
-backward, recording) are compared, the first step left out.
+A LocalStack per layout (RFT_WORKER_DEVICES, one worker per node), all three started before
+any job runs; then, per repetition, one job on each layout in turn (1x1, 1x2, 2x1, 1x1, ...),
+interleaved as every comparison in bench/README.md is, so that the shared machine's drifting
+load falls on every layout alike. Each job asks for the layout's devices (num_devices,
+num_nodes); the step rows' duration_s (generation, scoring, backward, recording) are compared,
+the first step of each job left out.
 On a 2-core machine 2 ranks cannot be faster: this measures what splitting costs.
 
-Run: python bench/bench_multi_rank.py [--steps 8]
+Run: python bench/bench_multi_rank.py [--steps 8] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,63 +38,100 @@ REWARD = (
 )
 
 
-def run(processes: int, steps: int, nodes: int = 1) -> tuple[list[float], float]:
+LAYOUTS = ((1, 1), (1, 2), (2, 1))  # (nodes, processes per node)
+
+
+@dataclass
+class Layout:
+    nodes: int
+    processes: int
+    stack: LocalStack
+    key: str
+    durations: list[list[float]] = field(default_factory=list)  # per repetition, per step
+    totals: list[float] = field(default_factory=list)  # submit -> succeeded, per repetition
+
+    @property
+    def name(self) -> str:
+        return f"{self.nodes} node(s) x {self.processes} process(es)"
+
+
+def start_layout(stacks: contextlib.ExitStack, nodes: int, processes: int) -> Layout:
     work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{nodes}x{processes}-"))
     env = {
         "RFT_WORKER_DEVICES": str(processes),
         "RFT_WORKER_ADDRESS": "127.0.0.1",
         "OMP_NUM_THREADS": "1",
     }
-    with LocalStack(work / "stack", workers=nodes, extra_env=env) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            rows = "\n".join(f'{{"prompt": "Say {w}:"}}' for w in "abcdefgh").encode()
-            dataset = http.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"]
-            submitted = time.time()
-            job = http.post(
-                "/v1/jobs",
-                json={
-                    "dataset_id": dataset,
-                    "num_devices": processes,
-                    "num_nodes": nodes,
-                    "reward_functions": {"count_a": {"source": REWARD}},
-                    "hyperparameters": {
-                        **TINY_HYPERPARAMETERS,
-                        "train_steps": steps,
-                        "prompts_per_step": 2,
-                        "num_generations": 8,
-                        "checkpoint_every": steps,
-                    },
+    stack = stacks.enter_context(LocalStack(work / "stack", workers=nodes, extra_env=env))
+    assert stack.database_url
+    use_database(stack.database_url)
+    _, key = create_tenant_key()
+    return Layout(nodes, processes, stack, key)
+
+
+def run(layout: Layout, steps: int) -> None:
+    """One job on ``layout``'s stack; its step durations and submit-to-done time are kept."""
+    headers = {"Authorization": f"Bearer {layout.key}"}
+    with httpx.Client(base_url=layout.stack.base_url, headers=headers, timeout=60) as http:
+        rows = "\n".join(f'{{"prompt": "Say {w}:"}}' for w in "abcdefgh").encode()
+        dataset = http.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"]
+        submitted = time.time()
+        job = http.post(
+            "/v1/jobs",
+            json={
+                "dataset_id": dataset,
+                "num_devices": layout.processes,
+                "num_nodes": layout.nodes,
+                "reward_functions": {"count_a": {"source": REWARD}},
+                "hyperparameters": {
+                    **TINY_HYPERPARAMETERS,
+                    "train_steps": steps,
+                    "prompts_per_step": 2,
+                    "num_generations": 8,
+                    "checkpoint_every": steps,
                 },
-            ).json()
-            while (state := http.get(f"/v1/jobs/{job['id']}").json())["status"] not in (
-                "succeeded",
-                "failed",
-                "cancelled",
-            ):
-                time.sleep(0.5)
-            assert state["status"] == "succeeded", state
-            total = time.time() - submitted
-            data = http.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
-            return [s["duration_s"] for s in data], total
+            },
+        ).json()
+        while (state := http.get(f"/v1/jobs/{job['id']}").json())["status"] not in (
+            "succeeded",
+            "failed",
+            "cancelled",
+        ):
+            time.sleep(0.5)
+        assert state["status"] == "succeeded", state
+        layout.totals.append(time.time() - submitted)
+        data = http.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+        layout.durations.append([s["duration_s"] for s in data])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3, help="jobs per layout, interleaved")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
-    for nodes, processes in ((1, 1), (1, 2), (2, 1)):
-        durations, total = run(processes, args.steps, nodes)
-        later = durations[1:]
+    with contextlib.ExitStack() as stacks:
+        layouts = [start_layout(stacks, nodes, processes) for nodes, processes in LAYOUTS]
+        for repeat in range(args.repeats):
+            # Round-robin, its starting layout rotated: no layout always runs first.
+            for layout in layouts[repeat % 3 :] + layouts[: repeat % 3]:
+                run(layout, args.steps)
+            print(f"repetition {repeat + 1}/{args.repeats} done, load {os.getloadavg()[0]:.1f}")
+    base = layouts[0]
+    for layout in layouts:
+        later = [d for job in layout.durations for d in job[1:]]
+        per_job = [statistics.median(job[1:]) for job in layout.durations]
+        ratios = [
+            statistics.median(job[1:]) / statistics.median(ones[1:])
+            for job, ones in zip(layout.durations, base.durations, strict=True)
+        ]
         print(
-            f"{nodes} node(s) x {processes} process(es): "
-            f"median step {statistics.median(later):.3f} s "
-            f"(min {min(later):.3f}, max {max(later):.3f}; first step {durations[0]:.3f} s); "
-            f"submit -> succeeded {total:.1f} s"
+            f"{layout.name}: median step {statistics.median(later):.3f} s "
+            f"(per repetition {[round(m, 3) for m in per_job]}; min {min(later):.3f}, "
+            f"max {max(later):.3f}); vs 1x1 side by side {statistics.median(ratios):.2f}x "
+            f"(per repetition {[round(r, 2) for r in ratios]}); first step "
+            f"{statistics.median(job[0] for job in layout.durations):.3f} s; submit -> "
+            f"succeeded {statistics.median(layout.totals):.1f} s"
         )
     print(f"load average at end: {os.getloadavg()}")
 

@@ -273,6 +273,16 @@ def training_share(train_steps: int, rounds: int) -> None:
         "blocked = time the training thread spends in on_step; store CPU = CPU time of\n"
         "store_step (in the training thread for sync, in the writer thread for writer)."
     )
+    # Recording's cost is the step time it adds: a step with it against one without, round by
+    # round (each round ran every mode once, back to back).
+    print("\n== recording's cost: time per step with recording against without ==")
+    for mode in ("sync", "writer"):
+        ratios = [w / wo for w, wo in zip(step_s[mode], step_s["none"], strict=True)]
+        print(
+            f"{mode:<8} {statistics.median(step_s[mode]):.4f} s/step with, {base:.4f} without: "
+            f"step time {statistics.median(ratios) - 1:+.1%} (per round "
+            f"{', '.join(f'{r - 1:+.1%}' for r in ratios)})"
+        )
 
 
 def main() -> None:

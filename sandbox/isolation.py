@@ -27,8 +27,8 @@ With isolation="bwrap" and a root worker (the normal deployment), the layers are
 
 Why not `--unshare-all`: it implies a user namespace, and a root-created user namespace maps
 only uid 0, so the code could not drop to an unprivileged uid; mapping 65534 inside while
-staying root outside leaked /etc/shadow and ignored RLIMIT_NPROC (see FACTS.md). A non-root
-worker uses `--unshare-all --cap-drop ALL` directly: it is unprivileged already.
+staying root outside leaked /etc/shadow and ignored RLIMIT_NPROC (docs/measured-facts.md).
+A non-root worker uses `--unshare-all --cap-drop ALL` directly: it is unprivileged already.
 
 Secrets never appear on a command line or in bubblewrap's own environment: the child gets
 the job's environment in its first frame, over the pipe.
@@ -175,9 +175,7 @@ def _is_host_venv(venv: Path, real_python: Path) -> bool:
         cfg = (venv / "pyvenv.cfg").read_text()
     except OSError:
         return False
-    return links == [str(real_python)] * len(links) and cfg == pyvenv_cfg(
-        str(real_python.parent)
-    )
+    return links == [str(real_python)] * len(links) and cfg == pyvenv_cfg(str(real_python.parent))
 
 
 def _plan_cgroup(settings: SandboxSettings) -> tuple[CgroupHost, CgroupLimits] | None:
@@ -231,7 +229,10 @@ def _plan_bwrap(
             argv += ["--ro-bind", directory, directory]
     for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
         argv += ["--symlink", target, link]
-    if not prefix.is_relative_to("/usr"):
+    # The system's own Python lives in the /usr directories bound above; any other prefix
+    # (/usr/local in the python images, pyenv, a custom build) is bound whole.
+    system_python = prefix == Path("/usr")
+    if not system_python:
         argv += ["--ro-bind", str(prefix), INSIDE_PYTHON_PREFIX]
         site_packages = next(iter(prefix.glob("lib/python3*/site-packages")), None)
         if site_packages is not None:
@@ -268,7 +269,7 @@ def _plan_bwrap(
     argv += ["--clearenv", "--setenv", "PATH", f"{venv_bin}:{SEARCH_PATH}"]
     argv += ["--setenv", "HOME", "/tmp"]
     argv += ["--setenv", "LANG", "C.UTF-8"]
-    if not prefix.is_relative_to("/usr") and any(prefix.glob("lib/libpython*")):
+    if not system_python and any(prefix.glob("lib/libpython*")):
         # A shared-library build finds libpython through an absolute RUNPATH under its prefix.
         argv += ["--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON_PREFIX}/lib"]
 

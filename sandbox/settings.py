@@ -34,13 +34,17 @@ class SandboxSettings:
         default_factory=dict,
         metadata={
             "help": "The job's own environment (its secrets). The child sees only these plus "
-            "PATH, LANG, HOME=/tmp and one-thread defaults for OpenMP/BLAS (the job may set "
-            "them); nothing of the worker's environment leaks in."
+            "PATH (the sandbox's python first), LANG, HOME=/tmp, PYTHONPATH (the job's "
+            "packages) and one-thread defaults for OpenMP/BLAS (the job may set them); "
+            "nothing of the worker's environment leaks in."
         },
     )
     extra_python_paths: list[Path] = field(
         default_factory=list,
-        metadata={"help": "The job's package directories, put first on sys.path (read-only)."},
+        metadata={
+            "help": "The job's package directories, put first on sys.path (read-only), and on "
+            "PYTHONPATH for the Python processes the code starts."
+        },
     )
     memory_limit_mb: int = field(
         default=1024, metadata={"help": "Address-space limit (RLIMIT_AS) of the child, MiB."}

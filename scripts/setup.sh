@@ -54,5 +54,6 @@ fi
 if [ "${RFT_SETUP_BROWSER:-1}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   echo "installing chromium for the dashboard's browser tests..."
   apt_install chromium fonts-liberation \
-    || echo "warning: chromium could not be installed; the browser tests will be skipped" >&2
+    || echo "warning: chromium could not be installed; the browser tests will be skipped" \
+      "(and fail under RFT_REQUIRE_ALL_LAYERS=1, as in CI)" >&2
 fi

@@ -132,7 +132,7 @@ class RequestGate:
         started = time.perf_counter()
         path: str = scope["path"]
         # Event streams last as long as a job and hold no connection while they wait.
-        gated = False  # BROKEN
+        gated = path.startswith("/v1/") and not path.endswith("/events")
         try:
             if gated:
                 if self._slots is None:

@@ -6,7 +6,7 @@ test_reward_functions.py checks that it does); the sandbox, API and integration 
 
 from __future__ import annotations
 
-PASSES_TESTS = '''\
+PASSES_TESTS = """\
 import os
 import subprocess
 import tempfile
@@ -27,7 +27,7 @@ def passes_tests(prompt, completion, example):
         if b"No module named pytest" in run.stderr:
             raise RuntimeError("pytest is missing: add it to the job's runtime_packages")
         return 1.0 if run.returncode == 0 else 0.0
-'''
+"""
 
 # Tests of a dataset row, and a right and a wrong answer to them.
 TESTS = "from solution import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"

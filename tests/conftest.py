@@ -18,6 +18,21 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from tests.layers import MISSING_LAYER
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MISSING_LAYER}(reason): a layer this test needs is missing and "
+        "RFT_REQUIRE_ALL_LAYERS=1 (tests/layers.py): the test fails at setup",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    missing = item.get_closest_marker(MISSING_LAYER)
+    if missing is not None:
+        pytest.fail(str(missing.args[0]), pytrace=False)
 
 
 @pytest.fixture(scope="session")

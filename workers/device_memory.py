@@ -62,7 +62,10 @@ def smallest_visible_gib(listed: str, visible: str | None) -> float | None:
         gpus = [
             gpu
             for gpu in gpus
-            if any(name == gpu[0] or (name.startswith("GPU-") and gpu[1].startswith(name)) for name in wanted)
+            if any(
+                name == gpu[0] or (name.startswith("GPU-") and gpu[1].startswith(name))
+                for name in wanted
+            )
         ]
     if not gpus:
         return None

@@ -21,8 +21,9 @@ completions. With sleep mode the engine drops its weights and KV cache after eac
 
 The trainer's copy of the weights: a whole bf16 copy on each GPU under ``ddp`` and the
 DeepSpeed engines (with a LoRA adapter, TRL gathers every parameter of a ZeRO-3 model at once
-to merge the adapter before each weight sync, so ZeRO-3 saves nothing at that peak), 1/world
-of it under ``fsdp``.
+to merge the adapter before each weight sync, so ZeRO-3 saves nothing at that peak); under
+``fsdp`` 1/world of it, plus what FSDP2 gathers whole (the root unit with the embeddings and
+output layer, and two decoder layers).
 
 The constants below are estimates, not measurements of this service: each says where it
 comes from. Everything is per GPU.
@@ -98,6 +99,9 @@ class ModelShape:
     parameters: int
     # max_position_embeddings: vLLM's max_model_len when a job does not set one.
     context_length: int | None = None
+    # One decoder layer, and the embeddings with the output layer: what FSDP gathers whole.
+    layer_parameters: int = 0
+    embedding_parameters: int = 0
 
     @classmethod
     def from_config(
@@ -128,11 +132,9 @@ class ModelShape:
             mlp_parameters = 3 * hidden * intermediate
         attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
         tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
-        counted = (
-            layers * (attention + mlp_parameters + 2 * hidden)
-            + vocab * hidden * (1 if tied else 2)
-            + hidden
-        )
+        layer = attention + mlp_parameters + 2 * hidden
+        embeddings = vocab * hidden * (1 if tied else 2)
+        counted = layers * layer + embeddings + hidden
         parameters = counted
         if checkpoint_bytes and "quantization_config" not in config:
             dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype")
@@ -148,6 +150,8 @@ class ModelShape:
             vocab_size=vocab,
             parameters=parameters,
             context_length=context,
+            layer_parameters=layer,
+            embedding_parameters=embeddings,
         )
 
     def weight_bytes(self) -> int:
@@ -341,7 +345,14 @@ def plan_memory(shape: ModelShape, job: JobMemory, device_gib: float) -> MemoryP
     else:
         kept = shape.layers * tokens * layer_bytes
     logits = micro * job.completion_tokens * shape.vocab_size * LOGIT_BYTES
-    trainer_weights = shape.weight_bytes() / (world if job.engine == "fsdp" else 1)
+    trainer_weights: float = shape.weight_bytes()
+    if job.engine == "fsdp":
+        # A shard of everything, and whole what FSDP gathers: the root unit (embeddings and
+        # output layer, kept through the step) and two decoder layers (one computing, one
+        # prefetched).
+        trainer_weights = trainer_weights / world + WEIGHT_BYTES * (
+            shape.embedding_parameters + 2 * shape.layer_parameters
+        )
     plan = MemoryPlan(
         device_gib=device_gib,
         vllm_weights_gib=gib(shape.weight_bytes() / tp),
@@ -349,7 +360,9 @@ def plan_memory(shape: ModelShape, job: JobMemory, device_gib: float) -> MemoryP
         kv_tokens=kv_tokens,
         vllm_runtime_gib=VLLM_RUNTIME_GIB,
         trainer_weights_gib=gib(trainer_weights),
-        lora_gib=gib(shape.lora_parameters(job.lora_rank, job.lora_target_modules) * LORA_STATE_BYTES),
+        lora_gib=gib(
+            shape.lora_parameters(job.lora_rank, job.lora_target_modules) * LORA_STATE_BYTES
+        ),
         activations_gib=gib(kept + logits),
         trainer_runtime_gib=TRAINER_RUNTIME_GIB,
         sleep_mode=job.sleep_mode,
@@ -420,7 +433,9 @@ def _too_big(plan: MemoryPlan, job: JobMemory) -> str:
         "lower micro_batch_size (activations)",
     ]
     if not job.sleep_mode:
-        levers.append("set vllm_sleep_mode (vLLM frees its weights and KV cache while the trainer steps)")
+        levers.append(
+            "set vllm_sleep_mode (vLLM frees its weights and KV cache while the trainer steps)"
+        )
     levers.append(
         "or use vllm_tensor_parallel_size with more num_devices (engine 'fsdp' also shards "
         "the trainer's copy of the weights)"

@@ -37,7 +37,7 @@ AUTO_MICRO_BATCH_TOKENS = 8192
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The built-in 148k-parameter model on CPU: it only learns within a few dozen steps with a
-    # large learning rate and short completions (measured, see /work/shared/FACTS.md).
+    # large learning rate and short completions (measured: docs/measured-facts.md).
     "tiny-cpu": {
         "learning_rate": 2e-2,
         "num_generations": 8,

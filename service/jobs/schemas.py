@@ -26,7 +26,7 @@ MAX_NODES_PER_JOB = 64
 # How a job's ranks share the training (README, "One job on several processes").
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
-# Engines that run only on CUDA GPUs (FACTS: FSDP on CPU silently trains as plain DDP).
+# Engines that run only on CUDA GPUs (FSDP on CPU silently trains as plain DDP).
 CUDA_ONLY_ENGINES = frozenset({"fsdp"})
 
 

@@ -97,7 +97,7 @@ class OpenAIErrorRoute(APIRoute):
                 message, param = _validation_message(exc)
                 # OpenAI answers malformed bodies with 400, not 422.
                 return openai_error(400, message, param=param, code="invalid_request")
-            except OperationalError:  # BROKEN
+            except (OperationalError, SQLAlchemyTimeoutError):
                 return openai_error(
                     503,
                     "the database is unavailable; retry shortly",

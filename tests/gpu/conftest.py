@@ -4,7 +4,7 @@ two GPUs they are collected and skipped, saying why; a GPU machine runs them as 
 
 They train the built-in tiny model (no model hub needed) through the whole stack, as the CPU
 tests in tests/integration do; what they add is what only GPUs exercise: FSDP (it does not run
-on CPU, FACTS), NCCL, bf16 and activation checkpointing ("auto" turns both on with CUDA).
+on CPU), NCCL, bf16 and activation checkpointing ("auto" turns both on with CUDA).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Jobs over two GPUs through the API: FSDP (GPU only: on CPU it would silently train as plain
-DDP, FACTS) and DDP over NCCL. Skipped without two CUDA GPUs (tests/gpu/conftest.py).
+DDP) and DDP over NCCL. Skipped without two CUDA GPUs (tests/gpu/conftest.py).
 
 What the CPU tests (tests/integration/test_multi_rank.py) show for DDP and DeepSpeed over gloo,
 these show on GPUs: both ranks train one job, every completion is recorded once, the adapter

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +30,7 @@ from tests.integration.helpers import (
     chat,
     train_a_share_job,
 )
+from workers.training.tiny_model import ensure_tiny_model
 
 TRAIN_STEPS = 8
 CHECKPOINT_EVERY = 4
@@ -73,7 +76,38 @@ def test_the_adapter_answers_differently_from_its_base_model(
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-def test_a_checkpoint_is_a_model_too(tenant: httpx.Client, trained_job: dict[str, Any]) -> None:
+def peft_answer(base_model: Path, adapter: Path) -> str:
+    """PROMPT's greedy answer from ``adapter`` loaded straight onto the base model with PEFT,
+    generated as the inference server does (chat template, 16 new tokens, cut at EOS/pad)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model, padding_side="left")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token is not None else tokenizer.eos_token_id
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32), str(adapter)
+    ).eval()
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    with torch.inference_mode():
+        output = model.generate(**inputs, max_new_tokens=16, do_sample=False, pad_token_id=pad_id)
+    written = output[0, inputs["input_ids"].shape[1] :].tolist()
+    ends = {tokenizer.eos_token_id, pad_id}
+    kept = list(itertools.takewhile(lambda token: token not in ends, written))
+    return str(tokenizer.decode(kept, skip_special_tokens=True))
+
+
+def test_a_checkpoint_is_a_model_too(
+    stack: LocalStack,
+    tenant: httpx.Client,
+    trained_job: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     job_id = trained_job["id"]
     steps = [c["step"] for c in tenant.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]]
     assert CHECKPOINT_EVERY in steps
@@ -81,6 +115,21 @@ def test_a_checkpoint_is_a_model_too(tenant: httpx.Client, trained_job: dict[str
     response = chat(tenant, name)
     assert response.status_code == 200, response.text
     assert response.json()["model"] == name
+
+    # The checkpoint's own weights answer: its greedy answer is what its adapter, loaded
+    # straight from the artifact store with PEFT, writes; not the base model's, and not the
+    # job's final adapter's (which the same check shows the job's name serves).
+    served = answer(tenant, name)
+    artifacts = stack.state_dir / "artifacts"
+    (checkpoint,) = artifacts.glob(f"**/{job_id}/**/checkpoint-{CHECKPOINT_EVERY}")
+    (final,) = artifacts.glob(f"**/{job_id}/adapter")
+    base_model = ensure_tiny_model(tmp_path_factory.mktemp("models"))
+    from_checkpoint = peft_answer(base_model, checkpoint)
+    from_final = peft_answer(base_model, final)
+    assert from_checkpoint != from_final, "pick a checkpoint that answers unlike the end"
+    assert served == from_checkpoint, (served, from_checkpoint, from_final)
+    assert answer(tenant, job_id) == from_final
+    assert served != answer(tenant, "rft-tiny")
 
     missing = chat(tenant, f"{job_id}:checkpoint-999")
     assert missing.status_code == 404 and "999" in missing.json()["detail"]

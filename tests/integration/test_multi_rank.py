@@ -236,7 +236,7 @@ def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
     [
         ({"num_devices": RANKS + 1}, 400, f"the largest a running worker offers is {RANKS}"),
         ({"num_nodes": 2}, 400, "num_nodes=2: the job needs 2 workers with 2 devices each"),
-        # CPU-only workers here; on CPU FSDP would silently train as plain DDP (FACTS).
+        # CPU-only workers here; on CPU FSDP would silently train as plain DDP.
         ({"engine": "fsdp"}, 400, "needs CUDA GPUs"),
         ({"engine": "horovod"}, 422, "engine"),
         ({"num_devices": 0}, 422, "num_devices"),
@@ -266,9 +266,9 @@ def test_a_deepspeed_job_matches_ddp_step_for_step(
     ranks_stack: LocalStack, ranks_client: httpx.Client, engine: str
 ) -> None:
     """Same seed, same global batch: ZeRO-2 shards optimizer state and gradients (ZeRO-3 the
-    parameters too), and must train the same trajectory as DDP (FACTS: equal to 4 decimals on
-    CPU). The first DeepSpeed job on a machine JIT-builds its CPU op (minutes; cached under
-    the venv)."""
+    parameters too), and must train the same trajectory as DDP (measured equal to 4 decimals
+    on CPU: docs/measured-facts.md). The first DeepSpeed job on a machine JIT-builds its CPU op
+    (minutes; cached under the venv)."""
     trajectories: dict[str, list[tuple[float, float]]] = {}
     for run_engine in ("ddp", engine):
         request = job_request(ranks_client, train_steps=3, checkpoint_every=3)

@@ -21,9 +21,10 @@ from sandbox.api import FunctionResult, RewardErrorKind, RewardFunctionSpec, Sco
 from sandbox.isolation import detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
+from tests.layers import needs_layer
 
 BWRAP = detect_isolation()
-pytestmark = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap is not usable here: {BWRAP.reason}")
+pytestmark = needs_layer(BWRAP, f"bubblewrap is not usable here: {BWRAP.reason}")
 
 WORKER_SECRET = "worker-secret-3f9a"
 JOB_SECRET = "job-secret-77c1"

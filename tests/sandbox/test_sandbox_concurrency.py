@@ -16,13 +16,12 @@ from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
+from tests.layers import needs_layer
 
 BWRAP = detect_isolation()
 MODES = [
     "none",
-    pytest.param(
-        "bwrap", marks=pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable: {BWRAP.reason}")
-    ),
+    pytest.param("bwrap", marks=needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")),
 ]
 
 # Each returns the number of its samples in flight when it started waiting (the peak so far).

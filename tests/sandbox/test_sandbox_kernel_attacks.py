@@ -25,14 +25,15 @@ from sandbox.isolation import SandboxUnavailableError, detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.seccomp import ARCHITECTURES
 from sandbox.settings import CgroupMode, Isolation, SandboxSettings
+from tests.layers import needs_layer, skip_missing_layer
 
 BWRAP = detect_isolation()
 CGROUPS = cgroups.detect_cgroups()
 # The cgroup tests hold without bubblewrap too (the tree's cgroup does not depend on it).
 ISOLATION: Isolation = "bwrap" if BWRAP else "none"
-needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap is not usable here: {BWRAP.reason}")
-needs_cgroups = pytest.mark.skipif(
-    CGROUPS.host is None, reason=f"the host offers no sandbox cgroups: {CGROUPS.reason}"
+needs_bwrap = needs_layer(BWRAP, f"bubblewrap is not usable here: {BWRAP.reason}")
+needs_cgroups = needs_layer(
+    CGROUPS.host is not None, f"the host offers no sandbox cgroups: {CGROUPS.reason}"
 )
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="the unfiltered control runs the probes with root's privileges"
@@ -236,7 +237,7 @@ def assert_still_scores(sandbox: ProcessSandbox) -> None:
 def probe_syscalls(settings: SandboxSettings) -> dict[str, int]:
     architecture = ARCHITECTURES.get(platform.machine().lower())
     if architecture is None:
-        pytest.skip(f"no seccomp filter for {platform.machine()}")
+        skip_missing_layer(f"no seccomp filter for {platform.machine()}")
     spec = RewardFunctionSpec(name="syscall_probe", source=SYSCALL_PROBE)
     batch = ScoringBatch(
         prompts=["p"], completions=["c"], examples=[{"numbers": dict(architecture.syscalls)}]

@@ -19,13 +19,12 @@ from sandbox.api import RewardCodeError, RewardErrorKind, RewardFunctionSpec, Sc
 from sandbox.isolation import SandboxUnavailableError, detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
+from tests.layers import needs_layer
 
 BWRAP = detect_isolation()
 MODES = [
     "none",
-    pytest.param(
-        "bwrap", marks=pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable: {BWRAP.reason}")
-    ),
+    pytest.param("bwrap", marks=needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")),
 ]
 CALL_TIMEOUT_S = 1.0
 
@@ -483,7 +482,7 @@ def test_settings_reject_invalid_combinations() -> None:
         SandboxSettings(env={"PATH": "/evil"})
 
 
-@pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable: {BWRAP.reason}")
+@needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")
 def test_a_sandbox_that_cannot_start_says_why(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailableError, match="its setup said: setpriv: failed to execute"):
         ProcessSandbox(SandboxSettings(isolation="bwrap", python_prefix=tmp_path))

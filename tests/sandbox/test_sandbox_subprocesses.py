@@ -8,6 +8,8 @@ depend on it; tests/code_rewards.py holds the one README shows.
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,14 +17,15 @@ from typing import Any
 import pytest
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
-from sandbox.isolation import detect_isolation
+from sandbox.isolation import detect_isolation, plan_launch
 from sandbox.process import ProcessSandbox
 from sandbox.settings import Isolation, SandboxSettings
 from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG
+from tests.layers import needs_layer
 from workers.runtime_packages import install_runtime_packages
 
 BWRAP = detect_isolation()
-NEEDS_BWRAP = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable: {BWRAP.reason}")
+NEEDS_BWRAP = needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")
 MODES = ["none", pytest.param("bwrap", marks=NEEDS_BWRAP)]
 
 # Runs every way of naming the interpreter and reports what each found, as JSON in the logs.
@@ -149,6 +152,19 @@ def test_processes_of_the_code_stay_in_its_sandbox(job_packages: Path) -> None:
     assert max(child["pids"]) < 100  # the sandbox's own pid namespace
     assert child["network"] is False
     assert child["writable_packages"] is False
+
+
+@needs_layer(shutil.which("bwrap"), "bubblewrap is not installed")
+def test_an_interpreter_under_usr_local_is_bound_whole() -> None:
+    # python:3.11-slim (the API image) keeps its Python under /usr/local, which the sandbox
+    # binds nothing of otherwise: only the system's own Python lives in /usr/bin and /usr/lib.
+    settings = SandboxSettings(
+        isolation="bwrap", sandbox_uid=61000, python_prefix=Path("/usr/local")
+    )
+    argv = " ".join(plan_launch(settings).argv)
+    assert "--ro-bind /usr/local /opt/python" in argv
+    interpreter = f"/opt/python/bin/python3.{sys.version_info.minor}"
+    assert f"--symlink {interpreter} /opt/rft/python/bin/python " in argv
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from sandbox.seccomp import (
     build_filter,
     filter_for_this_machine,
 )
+from tests.layers import skip_missing_layer
 
 EPERM = SECCOMP_RET_ERRNO | errno.EPERM
 ENOSYS = SECCOMP_RET_ERRNO | errno.ENOSYS
@@ -135,7 +136,7 @@ def test_other_abis_are_killed_and_x32_numbers_refused() -> None:
 def test_syscall_numbers_match_the_kernel_headers(architecture: Architecture) -> None:
     header, pattern = HEADERS[architecture.name]
     if not header.exists():
-        pytest.skip(f"{header} is not installed (Debian: linux-libc-dev)")
+        skip_missing_layer(f"{header} is not installed (Debian: linux-libc-dev)")
     defined = {
         match.group(1): int(match.group(2))
         for match in re.finditer(rf"#define {pattern}\s+(\d+)", header.read_text())

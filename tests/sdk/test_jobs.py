@@ -10,6 +10,7 @@ import pytest
 
 import rft
 from service.stack import LocalStack
+from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, SHOUT_SOURCE
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -281,6 +282,19 @@ def test_reward_functions_run_in_the_sandbox_without_a_job(rft_client: rft.Clien
     )
     errors = failing.results["boom"].errors
     assert errors and "ZeroDivisionError" in (errors[0].message + (errors[0].traceback or ""))
+
+
+def test_a_code_running_reward_is_tried_with_its_runtime_packages(rft_client: rft.Client) -> None:
+    samples = [
+        {"prompt": "p", "completion": answer, "example": {"tests": TESTS}}
+        for answer in (RIGHT, WRONG)
+    ]
+    result = rft_client.reward_functions.test(
+        reward_functions={"passes_tests": PASSES_TESTS},
+        samples=samples,
+        runtime_packages=["pytest"],
+    )
+    assert result.results["passes_tests"].scores == [1.0, 0.0]
 
 
 def test_secrets_reach_the_functions_and_come_back_only_as_names(

@@ -3,12 +3,18 @@ before a job comes must change nothing a job sees, and it leaves nothing running
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
+import pickle
+import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -17,12 +23,24 @@ from sandbox.api import RewardFunctionSpec, ScoringBatch
 from tests.processes import alive, descendants
 from workers.job_sandbox import JobSandbox
 from workers.training.rank_process import (
+    JOB_FILE,
     SPARE_READY,
+    WORKER_SOCKET,
     RankJob,
+    ThreadPriority,
+    _may_raise_priority,
     _open_sandbox,
     _start_sandbox_ahead,
+    can_lower_threads,
+    lowered_threads,
+    lowest_priority,
+    starved,
+    thread_priorities,
 )
 from workers.training.spec import TrainingSpec
+from workers.training.step_records import StepRecord
+
+from .harness import RecordingObserver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET_LENGTH = RewardFunctionSpec(
@@ -135,3 +153,189 @@ def test_the_spare_warms_up_without_touching_the_random_state_and_leaves_nothing
         if spare.poll() is None:
             os.killpg(spare.pid, 9)
             spare.wait()
+
+
+# The spare's priority (issue 22): its warm-up runs in a thread at the lowest CPU priority, so
+# that it never slows the job that trains meanwhile; the job it takes trains at the priority
+# the worker gave it, every thread of it. "privileged": as root here (CAP_SYS_NICE, which lets
+# a process raise a thread again); "unprivileged": without CAP_SYS_NICE, as a Docker container
+# runs by default (setpriv drops it; a non-root run is unprivileged already).
+WITHOUT_SYS_NICE = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"]
+FRESH_PROCESS = "starting the job in a fresh process"
+
+
+def spare_command(privileged: bool) -> list[str]:
+    if not can_lower_threads():
+        pytest.skip("per-thread priorities are Linux's")
+    command = [sys.executable, "-m", "workers.training.rank_process", "--spare"]
+    if privileged == _may_raise_priority():
+        return command
+    if privileged or os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (with CAP_SYS_NICE) and setpriv")
+    return WITHOUT_SYS_NICE + command
+
+
+@contextlib.contextmanager
+def spare_process(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "wb") as stderr:
+        spare = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            start_new_session=True,
+        )
+    try:
+        yield spare
+    finally:
+        if spare.poll() is None:
+            os.killpg(spare.pid, 9)
+            spare.wait()
+
+
+def wait_until(condition: Callable[[], bool], spare: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 600
+    while not condition():
+        assert spare.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.05)
+
+
+def warming_up_at_the_lowest_priority(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return lowest_priority() in thread_priorities(pid).values()
+    return False
+
+
+class PriorityObserver(RecordingObserver):
+    """Reads the priority of every thread of the job's process at each step."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+        self.seen: list[dict[int, ThreadPriority]] = []
+
+    def on_step(self, record: StepRecord) -> None:
+        self.seen.append(thread_priorities(self.pid))
+        super().on_step(record)
+
+
+def train_in(
+    spare: subprocess.Popen[bytes],
+    job: RankJob,
+    folder: Path,
+    log: Path,
+    until_connected: Callable[[], None] = lambda: None,
+) -> PriorityObserver:
+    """Send ``job`` to ``spare`` and answer its rank 0 as the worker would (launch._serve);
+    ``until_connected`` is called every second until rank 0 connects."""
+    (folder / JOB_FILE).write_bytes(pickle.dumps(job))
+    observer = PriorityObserver(spare.pid)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(folder / WORKER_SOCKET))
+        listener.listen(1)
+        listener.settimeout(1)
+        assert spare.stdin is not None
+        spare.stdin.write(json.dumps({"job_dir": str(folder)}).encode() + b"\n")
+        spare.stdin.close()
+        client = None
+        while client is None:
+            with contextlib.suppress(TimeoutError):
+                client, _ = listener.accept()
+            until_connected()
+            assert spare.poll() is None, log.read_text(errors="replace")[-3000:]
+        client.settimeout(None)
+        with Connection(client.detach()) as connection:
+            while True:
+                while not connection.poll(1):
+                    assert spare.poll() is None, log.read_text(errors="replace")[-3000:]
+                method, args = connection.recv()
+                if method == "finished":
+                    connection.send(None)
+                    break
+                assert method != "failed", args[0]
+                connection.send(getattr(observer, method)(*args))
+    assert spare.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
+    return observer
+
+
+def assert_trained_at(observer: PriorityObserver, normal: ThreadPriority) -> None:
+    assert observer.seen, "no step was recorded"
+    for threads in observer.seen:
+        assert threads, "no thread seen"
+        assert set(threads.values()) == {normal}, threads
+
+
+@pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "unprivileged"])
+def test_the_spare_warms_up_at_the_lowest_priority_and_its_job_trains_at_the_workers(
+    privileged: bool, make_spec: Callable[..., TrainingSpec], tmp_path: Path
+) -> None:
+    command = spare_command(privileged)
+    normal = ThreadPriority.of(os.getpid())  # this test is the spare's worker
+    log = tmp_path / "spare.log"
+    with spare_process(command, log) as spare:
+        # The warm-up thread at SCHED_IDLE and nice 19; the main thread (the job's) as started.
+        wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
+        assert ThreadPriority.of(spare.pid) == normal
+        wait_until(lambda: SPARE_READY in log.read_text(errors="replace"), spare, log)
+        if not privileged:
+            # Nothing left that this process could not raise: the libraries that start threads
+            # when imported were imported by the main thread, and the warm-up thread ended.
+            assert lowered_threads(spare.pid) == []
+        observer = train_in(spare, rank_job(make_spec(train_steps=2)), tmp_path, log)
+    assert_trained_at(observer, normal)
+    assert len(observer.records) == 2
+    assert FRESH_PROCESS not in log.read_text(errors="replace")
+
+
+def test_a_job_that_comes_during_the_warm_up_trains_at_the_workers_priority(
+    make_spec: Callable[..., TrainingSpec], tmp_path: Path
+) -> None:
+    command = spare_command(privileged=True)
+    normal = ThreadPriority.of(os.getpid())
+    log = tmp_path / "spare.log"
+    with spare_process(command, log) as spare:
+        wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
+        # The job waits on the warm-up, which is raised to the job's priority and finishes.
+        observer = train_in(spare, rank_job(make_spec(train_steps=1)), tmp_path, log)
+    assert_trained_at(observer, normal)
+    text = log.read_text(errors="replace")
+    assert SPARE_READY not in text and FRESH_PROCESS not in text
+
+
+def test_a_starved_warm_up_that_cannot_be_raised_gives_way_to_a_fresh_process(
+    make_spec: Callable[..., TrainingSpec], tmp_path: Path
+) -> None:
+    command = spare_command(privileged=False)
+    if shutil.which("taskset") is None:
+        pytest.skip("needs taskset")
+    normal = ThreadPriority.of(os.getpid())
+    log = tmp_path / "spare.log"
+    # A busy process at the worker's priority on the one CPU the spare may use: the warm-up
+    # thread (SCHED_IDLE) gets next to nothing, and the process may not raise it.
+    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        with spare_process(["taskset", "-c", "0", *command], log) as spare:
+            wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
+
+            def free_the_cpu_once_given_up() -> None:
+                if FRESH_PROCESS in log.read_text(errors="replace"):
+                    hog.kill()  # the fresh process's cold imports need not wait on it
+
+            # The process image is replaced (same pid: the worker sees nothing of it), and the
+            # job trains at the worker's priority after cold imports.
+            job = rank_job(make_spec(train_steps=1))
+            observer = train_in(spare, job, tmp_path, log, free_the_cpu_once_given_up)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert_trained_at(observer, normal)
+    assert FRESH_PROCESS in log.read_text(errors="replace")
+
+
+def test_starved_means_waiting_for_a_cpu_without_getting_one() -> None:
+    window_ns = int(0.5e9)
+    assert starved(ran_ns=window_ns // 100, waited_ns=window_ns * 9 // 10)
+    assert not starved(ran_ns=window_ns // 2, waited_ns=window_ns // 2)  # half a CPU
+    assert not starved(ran_ns=0, waited_ns=0)  # blocked (reading from disk), not starved

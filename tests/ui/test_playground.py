@@ -3,8 +3,6 @@ checkpoints) side by side on one prompt, each answer scored by the job's reward 
 
 from __future__ import annotations
 
-import os
-
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
@@ -12,11 +10,7 @@ from playwright.sync_api import Page, expect
 from service.stack import LocalStack
 from tests.integration.helpers import create_job, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
-from tests.ui.conftest import CHROMIUM
 from tests.ui.sign_in import sign_in
-
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("needs Debian's chromium (scripts/setup.sh)", allow_module_level=True)
 
 pytestmark = pytest.mark.integration
 

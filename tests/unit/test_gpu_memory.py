@@ -151,9 +151,7 @@ def test_sleep_mode_keeps_vllm_and_the_trainers_activations_apart() -> None:
     plan = plan_memory(shape, job(vllm_sleep_mode=True), 80.0)
     assert plan.fits
     static = plan.trainer_weights_gib + plan.lora_gib + 1.5
-    assert plan.total_gib == pytest.approx(
-        static + max(plan.vllm_gib, plan.activations_gib + 2.0)
-    )
+    assert plan.total_gib == pytest.approx(static + max(plan.vllm_gib, plan.activations_gib + 2.0))
     assert "the larger of vLLM" in plan.arithmetic()
 
 
@@ -161,11 +159,13 @@ def test_tensor_parallelism_splits_vllm_and_fsdp_the_trainer() -> None:
     shape = ModelShape.from_config(QWEN25_14B)
     one = plan_memory(shape, job(), 48.0)
     assert not one.fits
-    split = plan_memory(
-        shape, job(num_devices=2, engine="fsdp", vllm_tensor_parallel_size=2), 48.0
-    )
+    split = plan_memory(shape, job(num_devices=2, engine="fsdp", vllm_tensor_parallel_size=2), 48.0)
     assert split.vllm_weights_gib == pytest.approx(one.vllm_weights_gib / 2)
-    assert split.trainer_weights_gib == pytest.approx(one.trainer_weights_gib / 2)
+    # FSDP keeps half the weights, and gathers whole the embeddings and output layer (2 x
+    # 152064 x 5120) and two decoder layers at a time.
+    layer = 2 * 5120 * 5120 + 2 * 5120 * 1024 + 3 * 5120 * 13824 + 2 * 5120
+    gathered = 2 * (2 * 152064 * 5120 + 2 * layer)
+    assert split.trainer_weights_gib == pytest.approx(one.trainer_weights_gib / 2 + gathered / GIB)
     # Each engine generates its two ranks' completions (all 32), half the KV heads per GPU.
     assert split.kv_tokens == one.kv_tokens
     assert split.kv_gib == pytest.approx(one.kv_gib / 2)
@@ -201,3 +201,23 @@ def test_a_small_model_fits_a_24_gib_gpu() -> None:
 def test_a_config_without_the_shape_is_refused() -> None:
     with pytest.raises(UnknownModelShape, match="num_hidden_layers"):
         ModelShape.from_config({"model_type": "bert"})
+
+
+def test_the_vllm_hyperparameters_are_validated() -> None:
+    from pydantic import ValidationError
+
+    defaults = Hyperparameters()
+    assert defaults.vllm_gpu_memory_utilization is None  # computed at the job's start
+    assert (defaults.vllm_tensor_parallel_size, defaults.vllm_sleep_mode) == (1, False)
+    assert defaults.vllm_max_model_length is None
+    with pytest.raises(ValidationError, match="leaves no room"):
+        Hyperparameters(
+            max_prompt_length=512, max_completion_length=512, vllm_max_model_length=1000
+        )
+    for bad in (
+        {"vllm_gpu_memory_utilization": 0},
+        {"vllm_gpu_memory_utilization": 1.2},
+        {"vllm_tensor_parallel_size": 0},
+    ):
+        with pytest.raises(ValidationError):
+            Hyperparameters.model_validate(bad)

@@ -133,5 +133,6 @@ def test_an_exhausted_connection_pool_is_a_503_with_retry_after(
     assert openai.status_code == 503, openai.text
     assert openai.headers["Retry-After"] == "2"
     error = openai.json()["error"]
+    assert isinstance(error, dict), openai.text  # not our own {"error", "detail"}
     assert error["code"] == "ServiceUnavailable" and error["type"] == "server_error"
     assert "retry shortly" in error["message"]

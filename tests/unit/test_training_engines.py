@@ -26,7 +26,7 @@ def test_deepspeed_config_starts_every_process_and_leaves_cpu_to_the_ranks(
     assert config["distributed_type"] == "DEEPSPEED"
     assert config["deepspeed_config"]["zero_stage"] == stage
     assert config["num_processes"] == 4 and config["num_machines"] == 1
-    # FACTS: use_cpu here makes accelerate start one process, or DeepSpeed refuse the batch.
+    # use_cpu here makes accelerate start one process, or DeepSpeed refuse the batch.
     assert config["use_cpu"] is False
 
 
@@ -74,7 +74,7 @@ def test_every_accelerate_engine_meets_the_other_machines_at_the_rendezvous(engi
 def test_fsdp_is_refused_on_a_worker_without_cuda_devices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # FACTS: on CPU, FSDP through accelerate either refuses or silently trains as plain DDP.
+    # On CPU, FSDP through accelerate either refuses or silently trains as plain DDP.
     # GPUs torch can use (workers.training.cuda): tests/unit/test_cuda_probe.py.
     monkeypatch.setattr(engines, "usable_cuda_devices", lambda: 0)
     with pytest.raises(EngineUnavailable, match="'fsdp' needs CUDA GPUs and this worker has none"):

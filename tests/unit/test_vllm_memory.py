@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from service.jobs.hyperparameters import Hyperparameters
 from sandbox.api import RewardFunctionSpec
+from service.jobs.hyperparameters import Hyperparameters
 from tests.unit.test_gpu_memory import QWEN25_7B, QWEN25_14B
 from workers.failures import GenerationSetupError
 from workers.training.generation import Generation
@@ -93,9 +93,7 @@ def test_a_job_that_cannot_fit_fails_at_its_start_with_the_arithmetic(
     assert plan is not None and plan.utilization == 0.5
 
 
-def test_nothing_is_sized_where_the_arithmetic_does_not_apply(
-    tmp_path: Path, gpu_of: Any
-) -> None:
+def test_nothing_is_sized_where_the_arithmetic_does_not_apply(tmp_path: Path, gpu_of: Any) -> None:
     from workers.training.vllm_memory import colocated_memory_plan
 
     gpu_of(80)

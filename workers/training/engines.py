@@ -41,7 +41,7 @@ def check_engine_available(engine: str) -> None:
             "(pip install 'rft-service[deepspeed]')"
         )
     if engine == FSDP_ENGINE and usable_cuda_devices() == 0:
-        # FACTS: through accelerate, FSDP1 refuses a CPU and FSDP2 silently trains as plain DDP
+        # Through accelerate, FSDP1 refuses a CPU and FSDP2 silently trains as plain DDP
         # (every rank holding the whole model): refused rather than run as something else.
         # Usable GPUs, as torch sees them: a driver's GPUs that torch cannot use train on CPU.
         raise EngineUnavailable(
@@ -57,7 +57,7 @@ def accelerate_config(engine: str, num_processes: int, rendezvous: Rendezvous | 
     """The ``accelerate launch`` config of a DeepSpeed or FSDP engine (YAML; JSON is YAML).
 
     ``num_processes`` counts every machine's processes. ``use_cpu: false`` even on CPU: the
-    ranks set use_cpu in GRPOConfig themselves (gloo); FACTS: with use_cpu here accelerate
+    ranks set use_cpu in GRPOConfig themselves (gloo); with use_cpu here accelerate
     starts a single process, or DeepSpeed refuses the batch arithmetic. Loss and reward then
     match DDP's at every step. ``mixed_precision: no`` leaves precision to the ranks too:
     GRPOConfig's bf16 (on when the GPU has it) is what the Trainer's accelerator uses.

@@ -258,7 +258,7 @@ def _grpo_config(
         activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
         dataloader_pin_memory=use_cuda,
         # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
-        # (FACTS: "One GRPO job across several processes").
+        # (docs/measured-facts.md, "One job on several processes").
         use_cpu=not use_cuda,
         logging_steps=1,
         save_strategy="steps",

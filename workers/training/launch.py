@@ -41,7 +41,14 @@ from workers.training.engines import (
     check_engine_available,
 )
 from workers.training.observer import TrainingObserver
-from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
+from workers.training.rank_process import (
+    FAILURE_FILE_PREFIX,
+    JOB_FILE,
+    WORKER_SOCKET,
+    RankJob,
+    can_lower_threads,
+    raise_lowered_threads,
+)
 
 if TYPE_CHECKING:
     from workers.training.spec import TrainingOutcome
@@ -100,6 +107,13 @@ def _take_spare() -> subprocess.Popen[bytes]:
     global _spare
     start_spare()
     spare, _spare = cast(subprocess.Popen[bytes], _spare), None
+    # The spare warms up at the lowest CPU priority, in a thread of its own (rank_process,
+    # "The spare's priority"). A job now waits on it: where this worker may (CAP_SYS_NICE),
+    # its threads get the worker's priority back before the job is sent, so a warm-up still
+    # under way finishes at the job's priority. Elsewhere the spare sees to it itself.
+    if can_lower_threads():
+        with contextlib.suppress(OSError):
+            raise_lowered_threads(spare.pid)
     return spare
 
 
@@ -129,8 +143,8 @@ def _launch(
         stdin = cast(IO[bytes], spare.stdin)
         stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
         stdin.close()
-        # The next spare starts once this job has recorded its first step (_serve): its
-        # imports take seconds of CPU, which the job's start would otherwise share.
+        # The next spare starts once this job has recorded its first step (_serve), and warms
+        # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
         return spare
     if rendezvous is None:
         placement = ["--standalone"]  # a free rendezvous port per job

@@ -26,8 +26,10 @@ import json
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
@@ -371,7 +373,7 @@ def lowered_threads(pid: int) -> list[int]:
     """The threads of process ``pid`` whose priority is not its main thread's."""
     threads = thread_priorities(pid)
     normal = threads.pop(pid, None)
-    return [tid for tid, priority in threads.items() if normal and priority != normal]
+    return [tid for tid, priority in threads.items() if normal is not None and priority != normal]
 
 
 def raise_lowered_threads(pid: int) -> list[int]:
@@ -392,8 +394,6 @@ def raise_lowered_threads(pid: int) -> list[int]:
 def _may_raise_priority() -> bool:
     """Whether this process may raise a thread from the lowest priority back to its own
     (CAP_SYS_NICE, or RLIMIT_NICE): tried on a throwaway thread."""
-    import threading
-
     normal = ThreadPriority.of(threading.get_native_id())
     allowed: list[bool] = []
 
@@ -414,11 +414,10 @@ def _may_raise_priority() -> bool:
 
 def _warm_up_in_background(lowest: bool, done: int) -> None:
     """The spare's warm-up thread: at the lowest priority (``lowest``), then write to ``done``."""
-    import threading
-
-    try:
-        if lowest:
+    if lowest:
+        with contextlib.suppress(OSError):  # refused here: it warms up at the worker's priority
             lowest_priority().apply(threading.get_native_id())
+    try:
         _warm_imports()
         _warm_tables()
         _freeze_imports()
@@ -431,8 +430,6 @@ def _warm_up_in_background(lowest: bool, done: int) -> None:
 
 def _wait_for_warm_up_or_job(done: int) -> bool:
     """Until the warm-up thread ends (False) or the worker writes (True: a job, or EOF)."""
-    import select
-
     ready, _, _ = select.select([sys.stdin.fileno(), done], [], [])
     return sys.stdin.fileno() in ready
 
@@ -452,18 +449,19 @@ def starved(ran_ns: int, waited_ns: int, window_s: float = _STARVED_WINDOW_S) ->
     return ran_ns < _STARVED_RUN_SHARE * window_ns and waited_ns > 0.5 * window_ns
 
 
-def _finish_warm_up_for(job_dir: Path, warm_up: Any, may_raise: bool) -> None:
+def _finish_warm_up_for(job_dir: Path, warm_up: threading.Thread, may_raise: bool) -> None:
     """A job came before the warm-up ended: let the warm-up finish at the job's priority, or,
     where its thread cannot be raised and gets no CPU, start the job in a fresh process
     image (os.execv: the same pid, the worker sees no difference; cold imports)."""
-    left = raise_lowered_threads(os.getpid()) if may_raise else [warm_up.native_id]
-    if warm_up.native_id not in left:
+    tid = warm_up.native_id
+    assert tid is not None, "the warm-up thread was started"
+    if tid not in (raise_lowered_threads(os.getpid()) if may_raise else [tid]):
         warm_up.join()
         return
-    before = _schedstat(warm_up.native_id)
+    before = _schedstat(tid)
     while warm_up.is_alive():
         warm_up.join(_STARVED_WINDOW_S)
-        now = _schedstat(warm_up.native_id)
+        now = _schedstat(tid)
         if before is None or now is None or not warm_up.is_alive():
             continue
         if starved(now[0] - before[0], now[1] - before[1]):
@@ -479,9 +477,6 @@ def _finish_warm_up_for(job_dir: Path, warm_up: Any, may_raise: bool) -> None:
 
 def _run_spare() -> int:
     """Warm up for a job while none waits, then run the one the worker sends on stdin."""
-    import select
-    import threading
-
     job_waiting = bool(select.select([sys.stdin.fileno()], [], [], 0)[0])
     mode = os.environ.get(SPARE_PRIORITY_ENV, "idle")
     # Started for a job that is already waiting (no spare was ready): no reason to hold back.

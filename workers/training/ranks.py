@@ -40,7 +40,7 @@ class RankGroup:
         expected = int(os.environ.get("WORLD_SIZE", "1"))
         if not (dist.is_available() and dist.is_initialized()):
             if expected > 1:
-                # FACTS: under torchrun without use_cpu on a CPU machine each rank trains
+                # Under torchrun without use_cpu on a CPU machine each rank trains
                 # alone, twice the same job; better no job than that.
                 raise RankSetupError(
                     f"the launcher started {expected} processes but torch.distributed is not "

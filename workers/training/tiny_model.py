@@ -1,7 +1,7 @@
 """A tiny causal LM built offline, so the service (and its tests) can train without a model hub.
 
 The recipe (Qwen2, hidden 64, 2 layers, initializer_range 0.1) is the smallest one measured to
-learn a simple reward with GRPO + LoRA in a few dozen CPU steps; see /work/shared/FACTS.md.
+learn a simple reward with GRPO + LoRA in a few dozen CPU steps (docs/measured-facts.md).
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 def colocated_memory_plan(spec: TrainingSpec, model_path: str | None) -> MemoryPlan | None:
     """The memory plan whose utilization vLLM gets, or None where none is computed."""
     generation, hp = spec.generation, spec.hyperparameters
-    if model_path is None or not (generation.uses_vllm and generation.mode == "colocate" and generation.device == "cuda"):
+    if model_path is None or not (
+        generation.uses_vllm and generation.mode == "colocate" and generation.device == "cuda"
+    ):
         return None
     if hp.vllm_gpu_memory_utilization is not None:
         return None
@@ -69,9 +71,15 @@ def _model_shape(model_path: str) -> ModelShape | None:
         index = _read_json(model_path, "model.safetensors.index.json")
         metadata = index.get("metadata") if index else None
         size = metadata.get("total_size") if isinstance(metadata, dict) else None
-        return ModelShape.from_config(config, checkpoint_bytes=size if isinstance(size, int) else None)
+        return ModelShape.from_config(
+            config, checkpoint_bytes=size if isinstance(size, int) else None
+        )
     except (OSError, ValueError, UnknownModelShape) as exc:
-        logger.warning("cannot size vLLM from %s's config (%s): RFT_VLLM_MEMORY_FRACTION applies", model_path, exc)
+        logger.warning(
+            "cannot size vLLM from %s's config (%s): RFT_VLLM_MEMORY_FRACTION applies",
+            model_path,
+            exc,
+        )
         return None
 
 

@@ -116,6 +116,22 @@ class Hyperparameters(BaseModel):
         description="Sampling noise keyed per completion: the same completions on 1 or N "
         "devices (transformers generation only).",
     )
+    vllm_gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="vLLM colocated on a GPU: its share of each GPU's memory (unset: sized "
+        "for the job and the GPU at its start).",
+    )
+    vllm_tensor_parallel_size: int | None = Field(
+        None, ge=1, description="GPUs each vLLM engine spans; divides num_devices."
+    )
+    vllm_sleep_mode: bool | None = Field(
+        None, description="Free vLLM's weights and KV cache while the trainer steps (GPU)."
+    )
+    vllm_max_model_length: int | None = Field(
+        None, ge=1, description="vLLM's context in tokens (unset: prompt cap + completion)."
+    )
     reward_error_rate_limit: float | None = Field(
         None,
         ge=0,

@@ -22,12 +22,15 @@ def _test_request(
     rows: int | None,
     allow_network: bool,
     secrets: Mapping[str, str] | None,
+    runtime_packages: Sequence[str] | None,
 ) -> RequestOptions:
     body: dict[str, Any] = {
         "reward_functions": reward_functions_request(reward_functions or {}),
         "allow_network": allow_network,
         "secrets": dict(secrets or {}),
     }
+    if runtime_packages:
+        body["runtime_packages"] = list(runtime_packages)
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
     if samples is not None:
@@ -56,12 +59,15 @@ class RewardFunctions:
         rows: int | None = None,
         allow_network: bool = False,
         secrets: Mapping[str, str] | None = None,
+        runtime_packages: Sequence[str] | None = None,
     ) -> RewardFunctionTestResult:
         """Run reward functions in the server's sandbox, without a job.
 
         Either on ``samples`` (``{"prompt", "completion", "example"}``), or on the first
         ``rows`` rows of ``dataset`` paired with ``completions``. Returns per function the
-        scores, typed errors, printed output and timing.
+        scores, typed errors, printed output and timing. ``runtime_packages`` (pip
+        requirements, as a job takes them) are installed for the sandbox first: a reward that
+        runs ``python -m pytest`` needs ``["pytest"]``.
         """
         options = _test_request(
             reward_functions,
@@ -72,6 +78,7 @@ class RewardFunctions:
             rows,
             allow_network,
             secrets,
+            runtime_packages,
         )
         return RewardFunctionTestResult.model_validate(self._transport.request(options).json())
 
@@ -91,6 +98,7 @@ class AsyncRewardFunctions:
         rows: int | None = None,
         allow_network: bool = False,
         secrets: Mapping[str, str] | None = None,
+        runtime_packages: Sequence[str] | None = None,
     ) -> RewardFunctionTestResult:
         options = _test_request(
             reward_functions,
@@ -101,6 +109,7 @@ class AsyncRewardFunctions:
             rows,
             allow_network,
             secrets,
+            runtime_packages,
         )
         response = await self._transport.request(options)
         return RewardFunctionTestResult.model_validate(response.json())

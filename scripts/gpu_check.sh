@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one command, for a GPU machine (one H100 is enough; the
+# whole run fits in RFT_GPU_CHECK_BUDGET_S, 40 minutes by default). In order:
+#   1. setup: a GPU environment (.venv-gpu): PyPI's CUDA build of the pinned torch, then this
+#      project with the api, worker, embedded, dev and vllm extras (pyproject.toml) at the main
+#      environment's pins, and the SDK;
+#   2. tests/gpu: the GPU tests that fit this machine's GPUs (those needing two are skipped,
+#      saying so);
+#   3. tests/vllm_generation on CUDA (RFT_REQUIRE_VLLM=1: vLLM missing there is an error);
+#   4. bench/bench_gpu_vllm.py: the service against bare TRL + vLLM, vLLM's tokens/s.
+# It writes one report, gpu-report.md, in $OUT when set, else here, with each part's result,
+# time and output tail (and each part's whole log beside it).
+#
+# Without CUDA it runs what a CPU machine can (each part's syntax / --help / collection),
+# says that CUDA is absent, and exits 0.
+#
+# A GPU machine that reaches no package registry installs from a folder of wheels: fill one
+# where the registry is reachable (`--download-wheels DIR`, for the GPU machine's Python
+# version: RFT_GPU_PYTHON_VERSION, default 3.12), bring it along, and run with
+# `--wheelhouse DIR` (or RFT_GPU_WHEELHOUSE=DIR). RFT_GPU_PYTHON=/path/to/python skips the
+# setup and uses that interpreter as it is.
+#
+# Usage: bash scripts/gpu_check.sh [--dry-run] [--wheelhouse DIR] [--download-wheels DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BUDGET_S="${RFT_GPU_CHECK_BUDGET_S:-2400}"
+VENV="${RFT_GPU_VENV:-.venv-gpu}"
+WHEELHOUSE="${RFT_GPU_WHEELHOUSE:-}"
+REPORT_DIR="${OUT:-.}"
+REPORT="$REPORT_DIR/gpu-report.md"
+# The main environment's pins (scripts/setup.sh, scripts/setup_vllm.sh). vllm 0.30.0 is the
+# release of the `vllm` extra's range that pins this torch (torch==2.13.0) and accepts
+# transformers 5.23; PyPI's Linux torch wheel is the CUDA build.
+TORCH_PIN="torch==2.13.0"
+PINS="vllm==0.30.0 transformers==5.23.0 trl==1.16.0"
+EXTRAS="api,worker,embedded,dev,vllm"
+# Caps per part (seconds); each part also stops at the whole run's budget.
+SETUP_CAP_S=900
+GPU_TESTS_CAP_S=600
+VLLM_TESTS_CAP_S=900
+GPUS_PER_JOB="$(sed -n 's/^GPUS_PER_JOB = \([0-9]*\).*/\1/p' tests/gpu/conftest.py)"
+
+dry_run=0
+download_to=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --wheelhouse) WHEELHOUSE="$2"; shift ;;
+    --download-wheels) download_to="$2"; shift ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+gpu_count() {
+  command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return; }
+  nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
+}
+
+pip_from() {
+  # pip_from PYTHON ARGS...: pip install, offline from the wheelhouse when one is given.
+  local python="$1"; shift
+  if [ -n "$WHEELHOUSE" ]; then
+    "$python" -m pip install -q --no-index --find-links "$WHEELHOUSE" "$@"
+  else
+    "$python" -m pip install -q "$@"
+  fi
+}
+
+setup_command="python3 -m venv $VENV; pip install $TORCH_PIN (PyPI's CUDA build);"
+setup_command+=" pip install -e .[$EXTRAS] $PINS; pip install -e ./sdk[cli]"
+[ -n "$WHEELHOUSE" ] && setup_command+=" (offline, from $WHEELHOUSE)"
+[ -n "${RFT_GPU_PYTHON:-}" ] && setup_command="none: RFT_GPU_PYTHON=$RFT_GPU_PYTHON as it is"
+
+print_plan() {
+  local gpus="$1"
+  echo "gpu_check plan: budget ${BUDGET_S} s on this machine's GPUs; report: $REPORT"
+  echo "1. setup [cap ${SETUP_CAP_S} s]: $setup_command"
+  echo "2. tests/gpu [cap ${GPU_TESTS_CAP_S} s]: pytest tests/gpu -rs; tests needing" \
+    "$GPUS_PER_JOB GPUs are skipped with their reason on a machine with fewer"
+  echo "3. tests/vllm_generation [cap ${VLLM_TESTS_CAP_S} s]: RFT_REQUIRE_VLLM=1 pytest" \
+    "tests/vllm_generation -rs (server mode needs 2 GPUs: skipped with its reason on one)"
+  echo "4. bench [cap: the rest of the budget]: python bench/bench_gpu_vllm.py"
+  if [ "$gpus" -gt 0 ]; then
+    echo "CUDA here: $gpus GPU(s): parts 1-4 run"
+  else
+    echo "CUDA here: absent: only the CPU checks run (bash -n of this script, the bench's" \
+      "--help, pytest --collect-only of tests/gpu and tests/vllm_generation, the extras in" \
+      "pyproject.toml), and the report says CUDA is absent"
+  fi
+}
+
+if [ -n "$download_to" ]; then
+  # Run where a registry is reachable: every wheel the GPU setup installs, for the GPU
+  # machine's Python (binary wheels only, manylinux x86_64), plus this project and its SDK.
+  version="${RFT_GPU_PYTHON_VERSION:-3.12}"
+  mkdir -p "$download_to"
+  requirements="$(python3 - "$EXTRAS" <<'EOF'
+import sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project["optional-dependencies"]
+wanted, seen, out = sys.argv[1].split(","), set(), list(project["dependencies"])
+while wanted:
+    extra = wanted.pop()
+    if extra in seen:
+        continue
+    seen.add(extra)
+    for requirement in extras[extra]:
+        if requirement.startswith("rft-service["):
+            wanted += requirement[len("rft-service[") : -1].split(",")
+        else:
+            out.append(requirement)
+sdk = tomllib.load(open("sdk/pyproject.toml", "rb"))["project"]
+out += sdk["dependencies"] + sdk["optional-dependencies"]["cli"]
+print("\n".join(out))
+EOF
+)" || exit 1
+  platforms=()
+  for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+    manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64; do
+    platforms+=(--platform "$tag")
+  done
+  # --isolated: this machine's own pip settings (local find-links, CPU builds) stay out.
+  mapfile -t requirement_list <<<"$requirements"
+  python3 -m pip --isolated download -d "$download_to" --only-binary=:all: \
+    --python-version "$version" "${platforms[@]}" \
+    "$TORCH_PIN" $PINS "setuptools>=69" wheel pip "${requirement_list[@]}" || exit 1
+  python3 -m pip wheel -q --no-deps -w "$download_to" . ./sdk || exit 1
+  echo "wheels for Python $version in $download_to; on the GPU machine:" \
+    "bash scripts/gpu_check.sh --wheelhouse $download_to"
+  exit 0
+fi
+
+GPUS="$(gpu_count)"
+if [ "$dry_run" = 1 ]; then
+  print_plan "$GPUS"
+  exit 0
+fi
+
+mkdir -p "$REPORT_DIR"
+started=$SECONDS
+rows=()
+details=()
+
+remaining() { echo $((BUDGET_S - (SECONDS - started))); }
+
+# part NAME CAP_S COMMAND...: runs COMMAND under the smaller of CAP_S and the budget left,
+# its output in $REPORT_DIR/gpu-NAME.log; adds a report row.
+part() {
+  local name="$1" cap="$2"; shift 2
+  local left log="$REPORT_DIR/gpu-$name.log" rc t0 summary
+  left="$(remaining)"
+  [ "$cap" -gt "$left" ] && cap="$left"
+  if [ "$cap" -lt 60 ]; then
+    rows+=("| $name | not run: under a minute of the ${BUDGET_S} s budget left | 0 s |")
+    echo "== $name: not run (budget spent)"
+    return 1
+  fi
+  echo "== $name (at most ${cap} s): $*"
+  t0=$SECONDS
+  timeout --kill-after=30 "$cap" "$@" >"$log" 2>&1
+  rc=$?
+  local took=$((SECONDS - t0))
+  if [ "$name" = bench ]; then
+    summary="$(grep -E 's/step|tokens/s' "$log" | paste -sd ';' -)"
+  else
+    summary="$(grep -E '(passed|failed|skipped|error|no tests ran|tests collected)' "$log" \
+      | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')"
+  fi
+  summary="${summary//|/\\|}"
+  local result
+  case "$rc" in
+    0) result="ok" ;;
+    124 | 137) result="timed out after ${cap} s" ;;
+    *) result="failed (exit $rc)" ;;
+  esac
+  [ -n "$summary" ] && result="$result: $summary"
+  rows+=("| $name | $result | ${took} s |")
+  details+=("### $name" "" "\`$*\` (exit $rc, ${took} s; whole log: gpu-$name.log)" "" '```'
+    "$(tail -n 40 "$log")" '```' "")
+  echo "   $result (${took} s)"
+  return "$rc"
+}
+
+write_report() {
+  local status="$1"
+  {
+    echo "# GPU check"
+    echo
+    echo "- when: $(date -u '+%Y-%m-%d %H:%M UTC'); commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "- machine: $(hostname); GPUs: $GPUS"
+    if [ "$GPUS" -gt 0 ]; then
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+        | sed 's/^/- GPU: /'
+    fi
+    echo "- $status"
+    echo "- total: $((SECONDS - started)) s of a ${BUDGET_S} s budget"
+    for line in "${notes[@]}"; do echo "- $line"; done
+    echo
+    echo "| part | result | time |"
+    echo "| --- | --- | --- |"
+    printf '%s\n' "${rows[@]}"
+    echo
+    printf '%s\n' "${details[@]}"
+  } >"$REPORT"
+  echo "report: $REPORT"
+}
+
+notes=()
+print_plan "$GPUS"
+
+if [ "$GPUS" -eq 0 ]; then
+  # No CUDA: check that each part is at least well-formed, with whatever Python is here.
+  py=python3
+  [ -x .venv/bin/python ] && py=.venv/bin/python
+  part syntax 120 bash -n scripts/gpu_check.sh
+  part bench-help 120 "$py" bench/bench_gpu_vllm.py --help
+  part collect 300 "$py" -m pytest -q --collect-only -p no:cacheprovider tests/gpu \
+    tests/vllm_generation
+  part extras 60 "$py" -c "
+import tomllib
+extras = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']
+missing = set('$EXTRAS'.split(',')) - set(extras)
+assert not missing, f'pyproject.toml lacks the extras {missing}'
+print('extras present: $EXTRAS')"
+  failed=0
+  for row in "${rows[@]}"; do
+    case "$row" in *"| ok"*) ;; *) failed=1 ;; esac
+  done
+  notes+=("nothing GPU-side was run: no CUDA GPU here (nvidia-smi lists none)")
+  write_report "CUDA: absent. Only the CPU-reachable checks ran ($([ "$failed" = 0 ] \
+    && echo 'all passed' || echo 'some failed: see below')); run this on a GPU machine."
+  echo "CUDA is absent: only the CPU checks ran (report: $REPORT)"
+  exit "$failed"
+fi
+
+# Reward code runs in bubblewrap; a GPU image without it (and without apt) runs it unsandboxed:
+# these are our own tests' reward functions.
+if ! command -v bwrap >/dev/null 2>&1; then
+  export RFT_SANDBOX_ISOLATION=none
+  notes+=("bubblewrap is not installed: reward code ran with RFT_SANDBOX_ISOLATION=none")
+fi
+
+setup() {
+  set -e
+  local python="$VENV/bin/python"
+  [ -x "$python" ] || python3 -m venv "$VENV"
+  pip_from "$python" --upgrade pip setuptools wheel
+  # The torch pin first, alone: PyPI's Linux wheel of it is the CUDA build.
+  pip_from "$python" "$TORCH_PIN"
+  # shellcheck disable=SC2086 # PINS: several requirements
+  pip_from "$python" -e ".[$EXTRAS]" "$TORCH_PIN" $PINS
+  pip_from "$python" -e "./sdk[cli]"
+  "$python" -c "import torch, vllm; assert torch.cuda.is_available(), 'torch sees no CUDA';
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__)"
+}
+
+if [ -n "${RFT_GPU_PYTHON:-}" ]; then
+  PY="$RFT_GPU_PYTHON"
+  rows+=("| setup | skipped: RFT_GPU_PYTHON=$PY used as it is | 0 s |")
+else
+  PY="$VENV/bin/python"
+  export VENV WHEELHOUSE TORCH_PIN PINS EXTRAS
+  if ! part setup "$SETUP_CAP_S" bash -c "$(declare -f pip_from setup); setup"; then
+    notes+=("setup failed: without a registry, bring wheels (--download-wheels, --wheelhouse)")
+  fi
+fi
+
+if [ "$GPUS" -lt "$GPUS_PER_JOB" ]; then
+  echo "tests/gpu: this machine has $GPUS GPU(s); the tests needing $GPUS_PER_JOB" \
+    "(GPUS_PER_JOB in tests/gpu/conftest.py) are skipped, pytest says which"
+  notes+=("tests/gpu: $GPUS GPU(s) here; tests needing $GPUS_PER_JOB GPUs skipped")
+fi
+part gpu-tests "$GPU_TESTS_CAP_S" "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu
+part vllm-tests "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
+  -p no:cacheprovider tests/vllm_generation
+part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py
+
+failed=0
+for row in "${rows[@]}"; do
+  case "$row" in *"| ok"* | *"| skipped"*) ;; *) failed=1 ;; esac
+done
+write_report "CUDA: $GPUS GPU(s). $([ "$failed" = 0 ] && echo 'Every part passed.' || echo 'Some parts did not pass: see below.')"
+exit "$failed"

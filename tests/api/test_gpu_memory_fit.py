@@ -1,0 +1,134 @@
+"""Job creation refuses what vLLM and the trainer cannot fit on any running worker's GPU: the
+workers are adverts in Redis (a GPU worker that generates with vLLM, written as a worker
+writes it), the model a config.json under RFT_MODEL_ROOTS."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import tenant_client
+from tests.integration.helpers import upload_jsonl
+from tests.unit.test_gpu_memory import QWEN25_14B
+from workers.queue import advertise_capacity, withdraw_capacity
+
+REWARD = {"one": {"source": "def one(prompt, completion, example):\n    return 1.0\n"}}
+
+
+@pytest.fixture(scope="module")
+def models() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="rft-gpu-models-"))
+    (root / "qwen14b").mkdir()
+    (root / "qwen14b" / "config.json").write_text(json.dumps(QWEN25_14B))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def api(models: Path) -> Iterator[tuple[LocalStack, httpx.Client]]:
+    """An API without workers: the test's adverts are the only ones."""
+    state_dir = Path(tempfile.mkdtemp(prefix="rft-gpu-fit-"))
+    env = {"RFT_MODEL_ROOTS": str(models)}
+    try:
+        with (
+            LocalStack(state_dir, workers=0, extra_env=env) as stack,
+            tenant_client(stack) as client,
+        ):
+            yield stack, client
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def gpu_worker(api: tuple[LocalStack, httpx.Client]) -> Iterator[Any]:
+    stack, _ = api
+    assert stack.redis_url
+    names: list[str] = []
+
+    def advertise(name: str, devices: int = 1, **advert: Any) -> None:
+        advertise_capacity(stack.redis_url or "", name, devices, 60, "cuda", **advert)
+        names.append(name)
+
+    yield advertise
+    for name in names:
+        withdraw_capacity(stack.redis_url, name)
+
+
+def create(
+    client: httpx.Client, models: Path, hyperparameters: dict[str, Any], **job: Any
+) -> httpx.Response:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcd"])
+    return client.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": dataset_id,
+            "base_model": str(models / "qwen14b"),
+            "reward_functions": REWARD,
+            "hyperparameters": {"max_prompt_length": 512, **hyperparameters},
+            **job,
+        },
+    )
+
+
+def test_a_job_no_gpu_can_hold_is_400_with_the_arithmetic(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    _, client = api
+    gpu_worker("gpu-80", gpu_memory_gib=80.0, vllm=True)
+    before = len(client.get("/v1/jobs", params={"limit": 1000}).json()["data"])
+    refused = create(client, models, {})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"] == "JobDoesNotFitGpu"
+    detail = refused.json()["detail"]
+    assert "weights 27.5 GiB + KV 6.0 GiB + vLLM runtime 2.0 GiB + trainer 48.1 GiB" in detail
+    assert "= 83.6 GiB > device 80.0 GiB" in detail
+    assert "vllm_tensor_parallel_size" in detail and "micro_batch_size" in detail
+    assert len(client.get("/v1/jobs", params={"limit": 1000}).json()["data"]) == before
+    # What the message suggests does fit: smaller micro-batches (the medium preset), or
+    # vLLM asleep while the trainer steps.
+    assert create(client, models, {"preset": "medium"}).status_code == 201
+    assert create(client, models, {"vllm_sleep_mode": True}).status_code == 201
+
+
+def test_the_largest_gpu_of_the_workers_that_could_take_it_decides(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    _, client = api
+    gpu_worker("gpu-48", gpu_memory_gib=48.0, vllm=True)
+    gpu_worker("gpu-141", gpu_memory_gib=141.0, vllm=True)
+    assert create(client, models, {}).status_code == 201
+
+
+def test_two_gpus_with_tensor_parallelism(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    _, client = api
+    gpu_worker("gpu-48x2", devices=2, gpu_memory_gib=48.0, vllm=True)
+    alone = create(client, models, {"preset": "medium"})
+    assert alone.status_code == 400 and "> device 48.0 GiB" in alone.json()["detail"]
+    split = {"preset": "medium", "vllm_tensor_parallel_size": 2}
+    assert create(client, models, split, num_devices=2, engine="fsdp").status_code == 201
+    odd = create(client, models, split, num_devices=1)
+    assert odd.status_code == 422 and "must divide num_devices" in odd.text
+
+
+def test_nothing_is_checked_where_vllm_does_not_generate_on_a_known_gpu(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    _, client = api
+    # A GPU worker that generates with transformers, or one whose memory is unknown: the job
+    # may run there, where this arithmetic does not hold.
+    gpu_worker("gpu-80", gpu_memory_gib=80.0, vllm=True)
+    gpu_worker("gpu-transformers", gpu_memory_gib=80.0, vllm=False)
+    assert create(client, models, {}).status_code == 201
+    withdraw_capacity(api[0].redis_url or "", "gpu-transformers")
+    gpu_worker("gpu-unknown", vllm=True)
+    assert create(client, models, {}).status_code == 201

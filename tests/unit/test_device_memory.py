@@ -1,0 +1,49 @@
+"""What a worker's advert says about its GPUs (workers.device_memory, workers.queue)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service.settings import Settings
+from workers import device_memory
+from workers.device_memory import generates_with_vllm_colocated, smallest_visible_gib
+from workers.queue import WorkerCapacity, _capacity
+
+# nvidia-smi --query-gpu=index,uuid,memory.total --format=csv,noheader,nounits
+LISTED = """0, GPU-1a2b3c4d-0000-0000-0000-000000000000, 81559
+1, GPU-5e6f7a8b-0000-0000-0000-000000000000, 81559
+2, GPU-9c0d1e2f-0000-0000-0000-000000000000, 24564
+"""
+
+
+def test_the_smallest_gpu_the_worker_may_use() -> None:
+    assert smallest_visible_gib(LISTED, None) == 24.0
+    assert smallest_visible_gib(LISTED, "0,1") == 79.6
+    # By UUID, and by its prefix, as CUDA_VISIBLE_DEVICES accepts them.
+    assert smallest_visible_gib(LISTED, "GPU-5e6f7a8b") == 79.6
+    assert smallest_visible_gib(LISTED, "") is None
+    assert smallest_visible_gib("", None) is None
+    assert smallest_visible_gib("garbage\n0, x, not-a-number\n", None) is None
+
+
+def test_no_nvidia_smi_is_no_memory(monkeypatch: Any) -> None:
+    monkeypatch.setattr(device_memory.shutil, "which", lambda name: None)
+    assert device_memory.gpu_memory_gib() is None
+
+
+def test_vllm_colocated_follows_the_settings(monkeypatch: Any) -> None:
+    monkeypatch.setattr(device_memory.importlib.util, "find_spec", lambda name: object())
+    assert generates_with_vllm_colocated(Settings())
+    assert not generates_with_vllm_colocated(Settings(generation_backend="transformers"))
+    assert not generates_with_vllm_colocated(Settings(vllm_mode="server"))
+    monkeypatch.setattr(device_memory.importlib.util, "find_spec", lambda name: None)
+    assert not generates_with_vllm_colocated(Settings())
+
+
+def test_adverts_old_and_new_are_read() -> None:
+    new = {"devices": 2, "accelerator": "cuda", "gpu_memory_gib": 79.6, "vllm": True}
+    assert _capacity(json.dumps(new)) == WorkerCapacity(2, "cuda", 79.6, True)
+    # Workers from before: no memory, no vLLM said, so nothing is checked against them.
+    assert _capacity(json.dumps({"devices": 2, "accelerator": "cuda"})) == WorkerCapacity(2, "cuda")
+    assert _capacity("3") == WorkerCapacity(3, "cpu")
