@@ -169,6 +169,12 @@ part() {
     summary="$(grep -E '(passed|failed|skipped|error|no tests ran|tests collected)' "$log" \
       | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')"
   fi
+  if [ "$rc" != 0 ]; then
+    # What went wrong is usually on the last line (an error, pytest's usage error).
+    local last
+    last="$(grep -v '^[[:space:]]*$' "$log" | grep -vF "$summary" | tail -n 1 | cut -c1-240)"
+    [ -n "$last" ] && summary="${summary:+$summary; }$last"
+  fi
   summary="${summary//|/\\|}"
   local result
   case "$rc" in
@@ -273,8 +279,8 @@ if [ "$GPUS" -lt "$GPUS_PER_JOB" ]; then
     "(GPUS_PER_JOB in tests/gpu/conftest.py) are skipped, pytest says which"
   notes+=("tests/gpu: $GPUS GPU(s) here; tests needing $GPUS_PER_JOB GPUs skipped")
 fi
-part gpu-tests "$GPU_TESTS_CAP_S" "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu
-part vllm-tests "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
+part tests-gpu "$GPU_TESTS_CAP_S" "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu
+part tests-vllm "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
   -p no:cacheprovider tests/vllm_generation
 part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py
 

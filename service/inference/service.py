@@ -119,7 +119,6 @@ def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
             )
         job = get_job(session, tenant_id, job_id)
         uri = checkpoint_uri(session, tenant_id, job.id, int(match.group(1)))
-        uri = final_adapter_uri(session, tenant_id, job.id)  # BROKEN: the end answers
         return ServedModel(name=name, base_model=job.base_model, adapter_uri=uri)
     if name.startswith(JOB_ID_PREFIX):
         job = get_job(session, tenant_id, name)

@@ -27,7 +27,8 @@ from tests.training.harness import RecordingObserver, letter_config, reward_sand
 from tests.vllm_generation.conftest import MODEL_CACHE_DIR
 from tests.vllm_generation.test_vllm_training import LOGP_GAP, SYNCED_GAP_BOUND
 from workers.training.generation import Generation, VllmServer
-from workers.training.grpo import TrainingSpec, run_grpo
+from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
+from workers.training.step_records import StepRecord
 from workers.training.tiny_model import ensure_tiny_model
 
 pytestmark = [
@@ -82,26 +83,80 @@ def vllm_server(tmp_path: Path) -> Iterator[VllmServer]:
         log.close()
 
 
-def test_a_run_trains_against_a_vllm_server(tmp_path: Path, vllm_server: VllmServer) -> None:
+def server_run(
+    output_dir: Path, server: VllmServer, train_steps: int, observer: RecordingObserver
+) -> TrainingOutcome:
     spec = TrainingSpec(
         base_model="rft-tiny",
         dataset=demo_dataset(),
         reward_config=letter_config(),
         hyperparameters=Hyperparameters.model_validate(
-            {**TINY_HYPERPARAMETERS, "train_steps": 3, "seed": 0}
+            {**TINY_HYPERPARAMETERS, "train_steps": train_steps, "seed": 0}
         ),
-        output_dir=tmp_path / "run",
+        output_dir=output_dir,
         model_cache_dir=MODEL_CACHE_DIR,
-        generation=Generation(backend="vllm", device="cuda", mode="server", server=vllm_server),
+        generation=Generation(backend="vllm", device="cuda", mode="server", server=server),
     )
-    observer = RecordingObserver()
     sandbox = reward_sandbox()
     try:
-        outcome = run_grpo(spec, sandbox, observer)
+        return run_grpo(spec, sandbox, observer)
     finally:
         sandbox.close()
+
+
+class FailingObserver(RecordingObserver):
+    """Records steps, and fails the run at ``fail_at`` (as a lost sandbox or database would)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+
+    def on_step(self, record: StepRecord) -> None:
+        super().on_step(record)
+        if record.step == self.fail_at:
+            raise RuntimeError(f"step {record.step}: the run fails here")
+
+
+@pytest.fixture
+def closed_channels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each close of TRL's weight-sync channel (VLLMClient.close_communicator)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    closes: list[str] = []
+    close = VLLMClient.close_communicator
+
+    def recorded(self: VLLMClient) -> None:
+        closes.append("open" if self.communicator is not None else "closed already")
+        close(self)
+
+    monkeypatch.setattr(VLLMClient, "close_communicator", recorded)
+    return closes
+
+
+def test_a_run_trains_against_a_vllm_server(
+    tmp_path: Path, vllm_server: VllmServer, closed_channels: list[str]
+) -> None:
+    observer = RecordingObserver()
+    outcome = server_run(tmp_path / "run", vllm_server, 3, observer)
+    assert closed_channels[:1] == ["open"]  # closed by run_grpo, not left to atexit
     assert outcome.steps_completed == 3
     assert [record.step for record in observer.records] == [1, 2, 3]
     # The server generated with the trainer's weights (sent over NCCL every step).
+    gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
+    assert max(gaps) < SYNCED_GAP_BOUND, gaps
+
+
+def test_after_a_failed_run_the_next_one_syncs_with_the_same_server(
+    tmp_path: Path, vllm_server: VllmServer, closed_channels: list[str]
+) -> None:
+    """A run that fails half-way closes its weight-sync channel all the same, and the next
+    run's init_communicator (a new NCCL group with the server) does not hang."""
+    with pytest.raises(RuntimeError, match="step 2: the run fails here"):
+        server_run(tmp_path / "failed", vllm_server, 4, FailingObserver(fail_at=2))
+    assert closed_channels[:1] == ["open"]
+    observer = RecordingObserver()
+    outcome = server_run(tmp_path / "next", vllm_server, 2, observer)
+    assert outcome.steps_completed == 2
+    assert closed_channels[1:2] == ["open"]
     gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
     assert max(gaps) < SYNCED_GAP_BOUND, gaps
