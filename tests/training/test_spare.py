@@ -34,6 +34,7 @@ from workers.training.rank_process import (
     can_lower_threads,
     lowered_threads,
     lowest_priority,
+    raise_lowered_threads,
     starved,
     thread_priorities,
 )
@@ -297,7 +298,10 @@ def test_a_job_that_comes_during_the_warm_up_trains_at_the_workers_priority(
     log = tmp_path / "spare.log"
     with spare_process(command, log) as spare:
         wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
-        # The job waits on the warm-up, which is raised to the job's priority and finishes.
+        # The worker takes the spare (launch._take_spare): it may raise the spare's threads
+        # (root here), and does before it sends the job, which waits on the warm-up.
+        assert raise_lowered_threads(spare.pid) == []
+        assert lowered_threads(spare.pid) == []
         observer = train_in(spare, rank_job(make_spec(train_steps=1)), tmp_path, log)
     assert_trained_at(observer, normal)
     text = log.read_text(errors="replace")

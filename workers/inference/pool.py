@@ -103,18 +103,36 @@ class ModelPool:
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if self.uses_vllm:
+            # Room first: an engine takes its share of the device's memory as it starts, so a
+            # new one next to the one it replaces may not fit (the tokenizer above has already
+            # shown that the model exists).
+            self._evict(keep=self.max_base_models - 1)
             loaded = self._load_vllm(path, tokenizer)
         else:
             loaded = self._load_transformers(path, tokenizer)
         self._bases[name] = loaded
-        while len(self._bases) > self.max_base_models:
-            evicted, unloaded = self._bases.popitem(last=False)
-            if self.uses_vllm:
-                from workers.inference import vllm_engine
-
-                vllm_engine.shutdown(unloaded.model)
-            logger.info("unloaded base model %s (LRU)", evicted)
+        self._evict(keep=self.max_base_models)
         return loaded
+
+    def _evict(self, keep: int) -> None:
+        """Unload the least recently used base models until ``keep`` are left."""
+        while len(self._bases) > keep:
+            evicted = next(iter(self._bases))
+            self._unload(evicted)
+            logger.info("unloaded base model %s (LRU)", evicted)
+
+    def _unload(self, name: str) -> None:
+        unloaded = self._bases.pop(name)
+        if self.uses_vllm:
+            from workers.inference import vllm_engine
+
+            vllm_engine.shutdown(unloaded.model)
+
+    def close(self) -> None:
+        """Unload every base model (vLLM: end their engines' processes)."""
+        with self._lock:
+            for name in list(self._bases):
+                self._unload(name)
 
     def _load_transformers(self, path: str, tokenizer: PreTrainedTokenizerBase) -> LoadedBase:
         use_bf16 = self.device == "cuda" and torch.cuda.is_bf16_supported()
@@ -306,7 +324,15 @@ class ModelPool:
         adapter = None if request.adapter is None else self._vllm_adapter(request.adapter.uri)
         prompt_ids = [int(t) for t in self._encode(base.tokenizer, request)["input_ids"][0]]
         _check_context(base, len(prompt_ids), request)
-        outputs = vllm_engine.generate(base.model, prompt_ids, request, adapter)
+        try:
+            outputs = vllm_engine.generate(base.model, prompt_ids, request, adapter)
+        except Exception as exc:
+            if vllm_engine.died(exc) and self._bases.get(request.base_model) is base:
+                # Its process is gone (killed, out of memory): this request fails, the next
+                # one starts the engine afresh.
+                logger.error("the vLLM engine of %s died; unloading it", request.base_model)
+                self._unload(request.base_model)
+            raise
         choices = []
         for output in outputs:
             choice = self._choice(base.tokenizer, output.token_ids, request)

@@ -35,6 +35,8 @@ def create_app(pool: ModelPool | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.pool = pool or ModelPool(get_settings())
         yield
+        if pool is None:  # ours: vLLM engines are processes of their own, stopped with us
+            app.state.pool.close()
 
     app = FastAPI(title="rft inference", lifespan=lifespan, docs_url=None, redoc_url=None)
 
