@@ -11,7 +11,7 @@ from pathlib import Path
 
 from service.errors import NotFound, RFTError
 from service.observability import configure_logging
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 DEV_TENANT = "default"
@@ -172,6 +172,7 @@ def _worker(_: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    _keep_vllm_cache(settings)
     from workers.celery_app import celery_app
 
     celery_app.worker_main(
@@ -181,7 +182,15 @@ def _worker(_: argparse.Namespace) -> int:
     return 0
 
 
+def _keep_vllm_cache(settings: Settings) -> None:
+    """vLLM compiles each model for its shapes (tens of seconds at 8B, every job's engine):
+    unless the operator chose a place, keep its cache under the state folder, so the next job
+    (and the next worker process) loads the compiled artifacts instead of compiling again."""
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(settings.state_dir.resolve() / "vllm-cache"))
+
+
 def _inference(args: argparse.Namespace) -> int:
+    _keep_vllm_cache(get_settings())
     from workers.inference.server import serve
 
     serve(host=args.host, port=args.port)

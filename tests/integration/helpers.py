@@ -115,3 +115,34 @@ def chat(client: httpx.Client, model: str, **overrides: Any) -> httpx.Response:
         **overrides,
     }
     return client.post("/v1/chat/completions", json=body)
+
+
+def slow_reward(step_s: float) -> str:
+    """A reward function that sleeps ``step_s`` per call: steps long enough for a request or
+    a fault to land in the middle of one."""
+    return (
+        "import time\n"
+        "def slow(prompts, completions, **kwargs):\n"
+        f"    time.sleep({step_s})\n"
+        "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
+    )
+
+
+def slow_job(
+    client: httpx.Client, *, train_steps: int, step_s: float, checkpoint_every: int = 5
+) -> dict[str, Any]:
+    """A tiny-model job whose every step waits ``step_s`` on its reward function."""
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
+    return create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"slow": {"source": slow_reward(step_s)}},
+            "hyperparameters": {
+                **TINY_HYPERPARAMETERS,
+                "train_steps": train_steps,
+                "num_generations": 4,
+                "checkpoint_every": checkpoint_every,
+            },
+        },
+    )

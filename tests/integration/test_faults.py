@@ -14,19 +14,14 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
-from tests.tiny import TINY_HYPERPARAMETERS
+from tests.integration import helpers
+from tests.integration.helpers import all_pages, wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
 LEASE_S = 6
 # A little work per call keeps steps long enough to break things in the middle of a run.
-SLOW_REWARD = (
-    "import time\n"
-    "def slow(prompts, completions, **kwargs):\n"
-    "    time.sleep(0.15)\n"
-    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
-)
+STEP_S = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +41,8 @@ def fault_client(fault_stack: LocalStack) -> Iterator[httpx.Client]:
 def slow_job(
     client: httpx.Client, *, train_steps: int, checkpoint_every: int = 5
 ) -> dict[str, Any]:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
-    return create_job(
-        client,
-        {
-            "dataset_id": dataset_id,
-            "reward_functions": {"slow": {"source": SLOW_REWARD}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": train_steps,
-                "num_generations": 4,
-                "checkpoint_every": checkpoint_every,
-            },
-        },
+    return helpers.slow_job(
+        client, train_steps=train_steps, step_s=STEP_S, checkpoint_every=checkpoint_every
     )
 
 

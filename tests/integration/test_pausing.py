@@ -13,36 +13,18 @@ from typer.testing import CliRunner
 
 from rft.cli.app import app
 from service.stack import LocalStack
+from tests.integration import helpers
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
 STEP_S = 2.5  # the reward function's share of each step: the window a request must land in
-SLOW_REWARD = (
-    "import time\n"
-    "def slow(prompts, completions, **kwargs):\n"
-    f"    time.sleep({STEP_S})\n"
-    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
-)
 QUICK_REWARD = "def one(prompt, completion, example):\n    return 1.0\n"
 
 
 def slow_job(client: httpx.Client, *, train_steps: int) -> dict[str, Any]:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
-    return create_job(
-        client,
-        {
-            "dataset_id": dataset_id,
-            "reward_functions": {"slow": {"source": SLOW_REWARD}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": train_steps,
-                "num_generations": 4,
-                "checkpoint_every": 100,
-            },
-        },
-    )
+    return helpers.slow_job(client, train_steps=train_steps, step_s=STEP_S, checkpoint_every=100)
 
 
 def pause_mid_step(client: httpx.Client, job_id: str, after_step: int) -> None:

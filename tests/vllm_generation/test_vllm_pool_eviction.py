@@ -156,22 +156,25 @@ def ask(pool: ModelPool, model: str) -> str:
 
 
 def engine_processes() -> set[int]:
-    """This process's live vLLM descendants (EngineCore and worker processes; vLLM titles them
-    ``VLLM::...``), not multiprocessing's resource tracker."""
+    """The live processes of this process's vLLM engines: its children that vLLM titled
+    ``VLLM::EngineCore``, and theirs (on CPU a ``VLLM::Worker``). Not multiprocessing's resource
+    tracker, nor what other children (a test stack's servers) started."""
     live = set()
-    for child in psutil.Process().children(recursive=True):
+    for engine in psutil.Process().children():
         with contextlib.suppress(psutil.NoSuchProcess):
-            if child.status() != psutil.STATUS_ZOMBIE and child.name().startswith("VLLM"):
-                live.add(child.pid)
+            if engine.name().startswith("VLLM"):
+                for process in [engine, *engine.children(recursive=True)]:
+                    if process.status() != psutil.STATUS_ZOMBIE:
+                        live.add(process.pid)
     return live
 
 
 def tree_rss() -> int:
-    """The resident memory of this process and all its descendants."""
+    """The resident memory of this process and its engines' processes."""
     total = psutil.Process().memory_info().rss
-    for child in psutil.Process().children(recursive=True):
+    for pid in engine_processes():
         with contextlib.suppress(psutil.NoSuchProcess):
-            total += child.memory_info().rss
+            total += psutil.Process(pid).memory_info().rss
     return total
 
 
