@@ -7,10 +7,10 @@ a step) through the whole stack and prints each job's per-step times (each step 
 duration_s) side by side for:
 
 - ``before``: RFT_SPARE_WARM_UP_PRIORITY=normal, the spare warms up at the worker's priority
-  (the behaviour before issue 22);
+  in a session of its own (the behaviour before issue 22);
 - ``after``: the default, the warm-up at the lowest CPU priority (SCHED_IDLE, nice 19) in a
-  thread of its own; this bench runs as root, so the worker may raise the spare's threads
-  (CAP_SYS_NICE);
+  thread of its own, the spare in the worker's session; this bench runs as root, so the
+  worker may raise the spare's threads (CAP_SYS_NICE);
 - ``after, no CAP_SYS_NICE``: the same in a stack started once this bench dropped CAP_SYS_NICE
   from its capability bounding set, as a Docker container runs by default (the spare's
   unprivileged path: numpy and pyarrow imported on its main thread first). Left out unless
@@ -125,13 +125,19 @@ def run_job(variant: Variant, steps: int) -> tuple[list[float], float, float]:
     return [row["duration_s"] for row in rows], first_visible, epoch(rows[0]["created_at"])
 
 
-def start(variant: Variant, work: Path, cleanup: contextlib.ExitStack) -> None:
+def start(variant: Variant, work: Path, cleanup: contextlib.ExitStack, nice: int) -> None:
     if variant.drop_sys_nice:
         drop_sys_nice()
     folder = work / variant.name.replace(" ", "_").replace(",", "")
     stack = LocalStack(folder, workers=1, extra_env=variant.env)
     variant.stack = stack.start()
     cleanup.callback(stack.stop)
+    if nice:
+        # With autogroup scheduling each session shares the CPU evenly with the others, and a
+        # nice value only counts within its session: the worker's session (the worker, its
+        # spares and the jobs they train) gets the nice value as a whole. Root only below 0.
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{stack.workers[0].pid}/autogroup").write_text(str(nice))
     assert stack.database_url
     use_database(stack.database_url)
     _, key = create_tenant_key()
@@ -158,8 +164,9 @@ def main() -> None:
         "--nice",
         type=int,
         default=0,
-        help="run the stacks at this nice value (below 0: root only), every variant alike, to "
-        "shield the jobs from other work on a shared machine",
+        help="run the stacks at this nice value, and each worker's session (autogroup) too "
+        "(below 0: root only), every variant alike, to shield the jobs from other work on a "
+        "shared machine",
     )
     args = parser.parse_args()
     assert args.steps >= 6, "steps 2-4 are compared with steps 5 and later"
@@ -179,7 +186,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rft-bench-spare-priority-"))
     with contextlib.ExitStack() as cleanup:
         for variant in variants:
-            start(variant, work, cleanup)
+            start(variant, work, cleanup, args.nice)
         for variant in variants:  # a first job each: the worker's own imports
             wait_for_spares(variant, 1)
             run_job(variant, args.steps)

@@ -182,8 +182,9 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         description="Colocate: the share of the GPU's memory vLLM may take. On CPU, a share "
-        "of the machine's RAM for the whole worker process: vLLM's KV cache gets what the "
-        "process does not already use (0.9 fails at start). Unset: 0.3 on a GPU, 0.1 on CPU.",
+        "of the machine's RAM for the process that runs the engine (a training rank; in the "
+        "inference server, each engine's own process): vLLM's KV cache gets what that process "
+        "does not already use (0.9 fails at start). Unset: 0.3 on a GPU, 0.1 on CPU.",
     )
     vllm_max_model_length: int | None = Field(
         None,

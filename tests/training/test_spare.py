@@ -185,7 +185,7 @@ def spare_process(command: list[str], log: Path) -> Iterator[subprocess.Popen[by
             stdin=subprocess.PIPE,
             stderr=stderr,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
-            start_new_session=True,
+            process_group=0,  # in this session, as the worker starts it (launch.start_spare)
         )
     try:
         yield spare

@@ -41,9 +41,9 @@ takes back all of its memory (RAM, or the GPU's with its CUDA context); the engi
 other processes, untouched. It is also vLLM's default mode (``VLLM_ENABLE_V1_MULTIPROCESSING``
 defaults to 1), the one ``vllm serve`` runs. The price: starting an engine imports vLLM in
 a new process (on CPU two: vLLM's CPU platform picks its multiprocessing executor, so the
-model runs in a worker process under the EngineCore; ~45 s instead of ~9 s on a busy 2-core
-machine, seconds on a GPU host), ~0.6 GiB of RAM for the EngineCore process, and each request
-crosses a local socket. Training workers keep their colocated engine in-process (TRL's
+model runs in a worker process under the EngineCore; 25-45 s instead of ~9 s measured on a
+busy 2-core machine), ~0.6 GiB of RAM for the EngineCore process, and each request crosses a
+local socket. Training workers keep their colocated engine in-process (TRL's
 ``external_launcher``): one engine per process, released only after the job.
 """
 
@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,32 @@ def load_engine(
         # earlier VLLM_ENABLE_V1_MULTIPROCESSING=0: shutting this engine down would break others.
         engine.llm_engine.engine_core.shutdown()
         raise RuntimeError("vLLM started the inference engine in this process, not its own")
+    _wake_waiters_when_the_process_dies(engine.llm_engine.engine_core)
     return engine
+
+
+def _wake_waiters_when_the_process_dies(client: Any) -> None:
+    """Make a request in flight fail with ``EngineDeadError`` when the engine's process dies.
+
+    vLLM 0.30's ``SyncMPClient.get_output`` waits on ``outputs_queue`` with no timeout; when the
+    EngineCore dies mid-request, ``MPClient.start_engine_core_monitor`` marks the engine dead
+    and shuts the client down, which stops the thread that fills that queue without putting
+    anything in it: the request (and the pool's lock with it) would wait forever. Requests
+    sent after the monitor noticed fail already (``ensure_alive``). After a shutdown on
+    purpose the error lands in a queue nobody reads.
+    """
+    from multiprocessing.connection import wait
+
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    sentinels = client.resources.engine_manager.sentinels()
+    outputs = client.outputs_queue  # not the client: the thread must not keep it alive
+
+    def watch() -> None:
+        wait(sentinels)
+        outputs.put_nowait(EngineDeadError())
+
+    threading.Thread(target=watch, name="vllm-engine-death-watch", daemon=True).start()
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ from workers.training.observer import TrainingObserver
 from workers.training.rank_process import (
     FAILURE_FILE_PREFIX,
     JOB_FILE,
+    SPARE_PRIORITY_ENV,
     WORKER_SOCKET,
     RankJob,
     can_lower_threads,
@@ -72,15 +73,20 @@ _spare: subprocess.Popen[bytes] | None = None
 
 
 def _start_rank_process(
-    *args: str, stdin: int | None = None, env: dict[str, str] | None = None
+    *args: str,
+    stdin: int | None = None,
+    env: dict[str, str] | None = None,
+    own_session: bool = True,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", RANK_MODULE, *args],
         stdin=stdin,
         env=env,
-        # Its own session: a signal to the worker's group does not reach it half-way, and the
-        # worker stops the whole group itself.
-        start_new_session=True,
+        # Its own session (or, for a spare, its own process group in the worker's session): a
+        # signal to the worker's group does not reach it half-way, and the worker stops the
+        # whole group itself.
+        start_new_session=own_session,
+        process_group=None if own_session else 0,
     )
 
 
@@ -93,7 +99,15 @@ def start_spare() -> None:
     global _spare
     if _spare is not None and _spare.poll() is None:
         return
-    _spare = _start_rank_process("--spare", stdin=subprocess.PIPE)
+    # In the worker's session: its warm-up runs at the lowest CPU priority (SCHED_IDLE, nice
+    # 19), which only ranks it below threads of the same scheduling group. With autogroup
+    # scheduling (CONFIG_SCHED_AUTOGROUP, on in most distributions' kernels, where the worker
+    # is not in a cpu cgroup of its own) every session is such a group, and groups share the
+    # CPU evenly: in a session of its own the warm-up took half the CPU from the job it must
+    # not slow (bench/README.md, "The spare never slows a running job"). The comparison's
+    # "normal" (SPARE_PRIORITY_ENV) starts it as before, in a session of its own.
+    own_session = os.environ.get(SPARE_PRIORITY_ENV) == "normal"
+    _spare = _start_rank_process("--spare", stdin=subprocess.PIPE, own_session=own_session)
 
 
 def stop_spare() -> None:

@@ -311,12 +311,13 @@ def _freeze_imports() -> None:
 # thread's priority again (that takes CAP_SYS_NICE, or RLIMIT_NICE), so the design never needs
 # to, except for threads that a library started from the warm-up thread; those are raised when
 # the job comes where the process may (root, or as the worker raises them: launch.py), and
-# where it may not, the libraries known to start threads when imported (numpy's OpenBLAS,
-# pyarrow's jemalloc) are imported by the main thread first. "normal" keeps the warm-up at the
-# worker's priority, as before issue 22: for comparisons (bench/bench_spare_priority.py) and
-# for tests that cannot wait for an idle CPU.
+# where it may not, the libraries known to start threads when loaded (numpy's OpenBLAS,
+# pyarrow's jemalloc) are loaded by the main thread first. The worker starts the spare in
+# its session (launch.start_spare: with autogroup scheduling a session of its own would
+# share the CPU evenly with the job's). "normal" keeps the warm-up at the worker's priority,
+# and the spare in a session of its own, as before issue 22: for comparisons
+# (bench/bench_spare_priority.py) and for tests that cannot wait for an idle CPU.
 SPARE_PRIORITY_ENV = "RFT_SPARE_WARM_UP_PRIORITY"
-_THREAD_STARTING_IMPORTS = ("numpy", "pyarrow")
 # A job that comes before the warm-up ended, in a process that cannot raise the warm-up thread:
 # waited for while the thread gets CPU; if it runs for less than this share of a window while
 # it waits for a CPU for more than half of it (other processes hold every CPU), the spare
@@ -412,6 +413,25 @@ def _may_raise_priority() -> bool:
     return allowed == [True]
 
 
+def _start_library_threads_here() -> None:
+    """Load, on this thread (the job's), the libraries known to start threads of their own
+    when loaded, so that those threads have the job's priority: numpy's OpenBLAS (its library
+    alone where numpy bundles it: ~2 ms, against ~0.12 s for numpy's import, which then finds
+    it loaded) and pyarrow's jemalloc (~0.04 s)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("numpy")
+    if spec is not None and spec.origin is not None:
+        bundled = sorted(Path(spec.origin).parent.parent.glob("numpy.libs/*openblas*.so*"))
+        try:
+            ctypes.CDLL(str(bundled[0]))
+        except (IndexError, OSError):  # not bundled (a distribution's numpy): import it
+            with contextlib.suppress(ImportError):
+                import numpy  # noqa: F401
+    with contextlib.suppress(ImportError):
+        import pyarrow  # noqa: F401
+
+
 def _warm_up_in_background(lowest: bool, done: int) -> None:
     """The spare's warm-up thread: at the lowest priority (``lowest``), then write to ``done``."""
     if lowest:
@@ -483,9 +503,7 @@ def _run_spare() -> int:
     lowest = mode != "normal" and can_lower_threads() and not job_waiting
     may_raise = lowest and _may_raise_priority()
     if lowest and not may_raise:
-        for module in _THREAD_STARTING_IMPORTS:
-            with contextlib.suppress(ImportError):
-                __import__(module)
+        _start_library_threads_here()
     done_read, done_write = os.pipe()
     warm_up = threading.Thread(
         target=_warm_up_in_background, args=(lowest, done_write), name="spare-warm-up", daemon=True
