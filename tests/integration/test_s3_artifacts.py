@@ -15,8 +15,8 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import tenant_client
-from tests.integration.helpers import create_job, upload_jsonl, wait_for, wait_until
-from tests.integration.test_faults import SLOW_REWARD
+from tests.integration.helpers import create_job, slow_reward, upload_jsonl, wait_for, wait_until
+from tests.integration.test_faults import STEP_S
 from tests.moto_s3 import CREDENTIALS, moto_s3_server
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -60,7 +60,7 @@ def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, 
             client,
             {
                 "dataset_id": dataset_id,
-                "reward_functions": {"slow": {"source": SLOW_REWARD}},
+                "reward_functions": {"slow": {"source": slow_reward(STEP_S)}},
                 "hyperparameters": {
                     **TINY_HYPERPARAMETERS,
                     "train_steps": 14,
