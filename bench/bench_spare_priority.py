@@ -22,7 +22,11 @@ started at once and used in turn: one job at a time on the machine, the variants
 is ready, so no warm-up runs during another variant's job, and the next job starts on a warm
 worker: its submit -> first step visible is timed as bench_first_step.py times it.
 
-Run: python bench/bench_spare_priority.py [--rounds 3] [--steps 10] [--nice -5]
+Nothing shields the jobs from other work on the machine (a nice value would not: with
+autogroup scheduling it only counts within a session, and the variants' jobs run in different
+sessions); run it on a quiet machine, and read the load averages it prints.
+
+Run: python bench/bench_spare_priority.py [--rounds 5] [--steps 10]
 """
 
 from __future__ import annotations
@@ -125,19 +129,13 @@ def run_job(variant: Variant, steps: int) -> tuple[list[float], float, float]:
     return [row["duration_s"] for row in rows], first_visible, epoch(rows[0]["created_at"])
 
 
-def start(variant: Variant, work: Path, cleanup: contextlib.ExitStack, nice: int) -> None:
+def start(variant: Variant, work: Path, cleanup: contextlib.ExitStack) -> None:
     if variant.drop_sys_nice:
         drop_sys_nice()
     folder = work / variant.name.replace(" ", "_").replace(",", "")
     stack = LocalStack(folder, workers=1, extra_env=variant.env)
     variant.stack = stack.start()
     cleanup.callback(stack.stop)
-    if nice:
-        # With autogroup scheduling each session shares the CPU evenly with the others, and a
-        # nice value only counts within its session: the worker's session (the worker, its
-        # spares and the jobs they train) gets the nice value as a whole. Root only below 0.
-        with contextlib.suppress(OSError):
-            Path(f"/proc/{stack.workers[0].pid}/autogroup").write_text(str(nice))
     assert stack.database_url
     use_database(stack.database_url)
     _, key = create_tenant_key()
@@ -158,24 +156,13 @@ def ratio(steps: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument(
-        "--nice",
-        type=int,
-        default=0,
-        help="run the stacks at this nice value, and each worker's session (autogroup) too "
-        "(below 0: root only), every variant alike, to shield the jobs from other work on a "
-        "shared machine",
-    )
     args = parser.parse_args()
     assert args.steps >= 6, "steps 2-4 are compared with steps 5 and later"
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stacks on a kill too
     print(f"load average at start: {os.getloadavg()}")
-    if args.nice:
-        os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # inherited by all the stacks start
-        print(f"stacks at nice {args.nice}")
     variants = [
         Variant("before", {SPARE_PRIORITY_ENV: "normal"}),
         Variant("after", {}),
@@ -186,7 +173,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rft-bench-spare-priority-"))
     with contextlib.ExitStack() as cleanup:
         for variant in variants:
-            start(variant, work, cleanup, args.nice)
+            start(variant, work, cleanup)
         for variant in variants:  # a first job each: the worker's own imports
             wait_for_spares(variant, 1)
             run_job(variant, args.steps)

@@ -5,8 +5,10 @@ and in OpenAI's (service.errors, service.openai_compat.errors), never a hang or 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import concurrent.futures
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -41,6 +43,13 @@ class SlowApp:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
+def run_in_own_loop(scenario: Coroutine[Any, Any, None]) -> None:
+    """Run ``scenario`` on a fresh event loop in a thread of its own: an earlier test in the
+    same process (the dashboard's browser driver) may leave this thread's loop running."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(asyncio.run, scenario).result()
+
+
 async def until(condition: object, timeout_s: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -71,7 +80,7 @@ def test_requests_beyond_the_cap_wait_at_the_door_and_all_are_served() -> None:
         assert [r.status_code for r in responses] == [200] * (CAP * 3)
         assert inner.peak == CAP and inner.entered == CAP * 3
 
-    asyncio.run(scenario())
+    run_in_own_loop(scenario())
 
 
 def test_the_gate_times_every_request_by_route_and_status() -> None:
@@ -86,7 +95,7 @@ def test_the_gate_times_every_request_by_route_and_status() -> None:
         after = REQUEST_SECONDS.labels("GET", "unmatched", "200")._sum.get()  # type: ignore[attr-defined]
         assert after > before
 
-    asyncio.run(scenario())
+    run_in_own_loop(scenario())
 
 
 @pytest.fixture

@@ -328,11 +328,11 @@ def _serve(
             raise TrainingProcessError(args[0])
         if method not in _OBSERVER_CALLS:
             raise TrainingProcessError(f"rank 0 made an unknown call {method!r}")
-        reply = getattr(observer, method)(*args)
+        connection.send(getattr(observer, method)(*args))
         if method == "on_step" and after_first_step is not None:
+            # Once rank 0 has its answer: it trains on while the next spare starts.
             after_first_step()
             after_first_step = None
-        connection.send(reply)
 
 
 def _exited(launcher: subprocess.Popen[bytes], job_dir: Path) -> TrainingProcessError:

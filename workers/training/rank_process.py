@@ -30,12 +30,14 @@ import select
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from sandbox.process import ProcessSandbox
     from workers.job_sandbox import JobSandbox
     from workers.training.ranks import RankGroup
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 JOB_FILE = "job.pickle"
 WORKER_SOCKET = "worker.sock"
 FAILURE_FILE_PREFIX = "failed-rank"
+# How long a failing rank of several waits before reporting (see run_rank): torchrun takes
+# up to ~2 s to notice a rank that died and stop the others.
+PEER_FAILURE_GRACE_S = 3.0
 # As Celery formats the worker's own log lines: the ranks write to the worker's log.
 LOG_FORMAT = "[%(asctime)s: %(levelname)s/rank%(rank)s] %(message)s"
 _PR_SET_PDEATHSIG = 1
@@ -173,6 +178,8 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
 
     ``sandbox_ahead``: a sandbox started before the job came (a spare's), used if it fits.
     """
+    from multiprocessing.connection import Client  # not at the top: a spare starts lighter
+
     from workers.training.grpo import run_grpo
     from workers.training.trackers import tracker_environment
 
@@ -200,6 +207,12 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         from workers.failures import describe_failure
 
         reason = describe_failure(exc)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # A rank that died (killed, out of memory) fails the others' collectives at once
+            # ("Connection closed by peer"): that is not their story. The launcher notices the
+            # dead rank within a second or two and stops the rest; give it that long before
+            # speaking, so the job's reason names the rank that really ended the run.
+            time.sleep(PEER_FAILURE_GRACE_S)
         # Another rank's failure reaches the worker only as torchrun's exit: leave the reason
         # where the worker looks when that happens.
         with contextlib.suppress(OSError):
@@ -236,6 +249,8 @@ def _configure_logging() -> None:
 
 def _warm_imports() -> None:
     """What a job needs first, imported while no job waits (seconds on a cold machine)."""
+    import multiprocessing.connection  # noqa: F401
+
     import workers.training.grpo
     import workers.training.ranks
     import workers.training.trackers  # noqa: F401
@@ -413,23 +428,42 @@ def _may_raise_priority() -> bool:
     return allowed == [True]
 
 
+# Shared libraries that start threads of their own when loaded, where their packages' wheels
+# bundle them (the glob is relative to the package's site directory): numpy's OpenBLAS (its
+# thread pool) and pyarrow's libarrow (jemalloc's background thread).
+_THREAD_STARTING_LIBRARIES = (
+    ("numpy", "numpy.libs/*openblas*.so*"),
+    ("pyarrow", "pyarrow/libarrow.so*"),
+)
+
+
 def _start_library_threads_here() -> None:
-    """Load, on this thread (the job's), the libraries known to start threads of their own
-    when loaded, so that those threads have the job's priority: numpy's OpenBLAS (its library
-    alone where numpy bundles it: ~2 ms, against ~0.12 s for numpy's import, which then finds
-    it loaded) and pyarrow's jemalloc (~0.04 s)."""
+    """Load, on this thread (the job's), the libraries known to start threads when loaded, so
+    that their threads get the job's priority. The library alone takes ~10 ms (the package's
+    import, which then finds it loaded, ~0.2 s: pyarrow imports numpy); the package's import
+    where its library is not where its wheel puts it."""
+    import importlib
     import importlib.util
 
-    spec = importlib.util.find_spec("numpy")
-    if spec is not None and spec.origin is not None:
-        bundled = sorted(Path(spec.origin).parent.parent.glob("numpy.libs/*openblas*.so*"))
-        try:
-            ctypes.CDLL(str(bundled[0]))
-        except (IndexError, OSError):  # not bundled (a distribution's numpy): import it
-            with contextlib.suppress(ImportError):
-                import numpy  # noqa: F401
-    with contextlib.suppress(ImportError):
-        import pyarrow  # noqa: F401
+    # OpenBLAS's threads spin when they start, ~0.1 s of CPU (2^28 cycles) before they sleep:
+    # CPU the running job would lose. Read once, when OpenBLAS loads: 2^4 cycles; the job's
+    # numpy (not used for training: torch does the math) then sleeps sooner between calls.
+    # A value the worker was given stands.
+    given = "OPENBLAS_THREAD_TIMEOUT" in os.environ
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    try:
+        for package, pattern in _THREAD_STARTING_LIBRARIES:
+            spec = importlib.util.find_spec(package)
+            if spec is None or spec.origin is None:
+                continue
+            try:
+                ctypes.CDLL(str(sorted(Path(spec.origin).parent.parent.glob(pattern))[0]))
+            except (IndexError, OSError):
+                with contextlib.suppress(ImportError):
+                    importlib.import_module(package)
+    finally:  # the job's processes see the environment the worker gave
+        if not given:
+            del os.environ["OPENBLAS_THREAD_TIMEOUT"]
 
 
 def _warm_up_in_background(lowest: bool, done: int) -> None:
