@@ -3,7 +3,8 @@
 Started three ways, one code path:
 
 - ``python -m workers.training.rank_process --spare``: a warm process for one-process jobs.
-  It imports torch, transformers and TRL ahead of time, then waits on stdin for a job folder.
+  It imports torch, transformers and TRL ahead of time (in a thread at the lowest CPU
+  priority: "The spare's priority" below), then waits on stdin for a job folder.
 - ``python -m workers.training.rank_process JOB_DIR``: one rank under torchrun (N processes).
 - ``python -m workers.training.rank_process --exec -- CMD...``: ties CMD (torchrun) to its
   parent's life, then becomes it.
