@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -8,16 +7,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
-from service.reward_functions.schemas import RewardFunctionsInput
+from service.reward_functions.schemas import (
+    MAX_RUNTIME_PACKAGES,
+    RewardFunctionsInput,
+    plain_requirements,
+)
 from service.secrets import JobSecrets
 
 # A name with optional extras and version clauses: no pip options, URLs or paths, so a job
 # cannot point pip at another index or at the worker's files.
-_CLAUSE = r"\s*(==|>=|<=|~=|!=|>|<)\s*[A-Za-z0-9.*+!_-]+"
-REQUIREMENT = re.compile(
-    rf"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?({_CLAUSE}(\s*,{_CLAUSE})*)?$"
-)
-MAX_RUNTIME_PACKAGES = 32
 TINY_MODEL_NAME = "rft-tiny"
 
 
@@ -122,13 +120,7 @@ class JobCreate(RewardFunctionsInput):
     @field_validator("runtime_packages")
     @classmethod
     def _check_requirements(cls, packages: list[str]) -> list[str]:
-        for package in packages:
-            if not REQUIREMENT.match(package.strip()):
-                raise ValueError(
-                    f"runtime package {package!r} is not a plain requirement such as "
-                    "'name' or 'name>=1.2' (no pip options, URLs or paths)"
-                )
-        return [package.strip() for package in packages]
+        return plain_requirements(packages)
 
 
 class RewardFunctionState(BaseModel):

@@ -10,6 +10,25 @@ from sandbox.api import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_LIMIT, RewardCo
 from sandbox.reward_modules import extract_reward_function
 from service.secrets import JobSecrets
 
+# Runtime packages are plain requirements (no pip options, URLs or paths), for jobs and tests.
+_CLAUSE = r"\s*(==|>=|<=|~=|!=|>|<)\s*[A-Za-z0-9.*+!_-]+"
+REQUIREMENT = re.compile(
+    rf"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?({_CLAUSE}(\s*,{_CLAUSE})*)?$"
+)
+MAX_RUNTIME_PACKAGES = 32
+
+
+def plain_requirements(packages: list[str]) -> list[str]:
+    """``packages`` stripped, or ValueError naming the first that is not a plain requirement."""
+    for package in packages:
+        if not REQUIREMENT.match(package.strip()):
+            raise ValueError(
+                f"runtime package {package!r} is not a plain requirement such as "
+                "'name' or 'name>=1.2' (no pip options, URLs or paths)"
+            )
+    return [package.strip() for package in packages]
+
+
 FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_REWARD_FUNCTIONS = 16
 MAX_SOURCE_BYTES = 200_000
@@ -228,7 +247,7 @@ class RewardFunctionTest(RewardFunctionsInput):
     )
     runtime_packages: list[str] = Field(
         default_factory=list,
-        max_length=32,  # service.jobs.schemas.MAX_RUNTIME_PACKAGES, as a job
+        max_length=MAX_RUNTIME_PACKAGES,
         description="Extra pip requirements for the functions, as a job's (e.g. 'pytest' for "
         "a reward that runs tests): installed once per list on the API server, then reused. "
         "A package that cannot be installed is a 400 quoting pip.",
@@ -237,11 +256,7 @@ class RewardFunctionTest(RewardFunctionsInput):
     @field_validator("runtime_packages")
     @classmethod
     def _plain_requirements(cls, packages: list[str]) -> list[str]:
-        # A job's rules (no pip options, URLs or paths). Imported here: the jobs' schemas
-        # import this module.
-        from service.jobs.schemas import JobCreate
-
-        return JobCreate._check_requirements(packages)
+        return plain_requirements(packages)
 
     @model_validator(mode="after")
     def _one_source_of_samples(self) -> RewardFunctionTest:

@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers",
             "workers.failures",
             "workers.identity",
+            "workers.process_environment",
             "workers.database",
             "workers.celery_app",
             "workers.queue",

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from service.inference.protocol import GenerationRequest
+from workers.process_environment import environment_for_block
 from workers.training.generation import Generation
 
 # The largest LoRA rank an engine accepts; vLLM sizes its adapter slots by it. Jobs' default
@@ -146,16 +147,8 @@ def _engine_process_environment() -> Iterator[None]:
     wanted = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     if not os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"):
         wanted["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    previous = {name: os.environ.get(name) for name in wanted}
-    os.environ.update(wanted)
-    try:
+    with environment_for_block(wanted):
         yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def context_length(engine: Any) -> int:

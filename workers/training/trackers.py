@@ -10,11 +10,11 @@ back afterwards. (Each Celery worker process runs one job at a time, so no other
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from workers.failures import TrackerSetupError
+from workers.process_environment import environment_for_block
 
 # What each tracker reads from the environment (transformers' integration_utils).
 TRACKER_ENVIRONMENT: dict[str, tuple[str, ...]] = {
@@ -69,14 +69,5 @@ def tracker_variables(report_to: Sequence[str], secrets: Mapping[str, str]) -> d
 @contextmanager
 def tracker_environment(report_to: Sequence[str], secrets: Mapping[str, str]) -> Iterator[None]:
     """Set the job's tracker secrets in this process's environment while the run lasts."""
-    variables = tracker_variables(report_to, secrets)
-    previous = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
+    with environment_for_block(tracker_variables(report_to, secrets)):
         yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
