@@ -29,7 +29,7 @@ from bench_sandbox import BATCH_SIZE, FORMAT_REWARD, make_batch
 
 import sandbox.process
 from sandbox.api import RewardFunctionSpec, ScoringBatch
-from sandbox.isolation import LaunchPlan, detect_isolation, plan_launch
+from sandbox.isolation import CHILD_PROGRAM, LaunchPlan, detect_isolation, plan_launch
 from sandbox.process import ProcessSandbox, SandboxWorker
 from sandbox.settings import SandboxSettings
 
@@ -37,8 +37,12 @@ VARIANTS = ("plain", "hardened")
 Measured = TypeVar("Measured")
 
 
-def plain_plan(settings: SandboxSettings, program: list[str] | None = None) -> LaunchPlan:
-    return replace(plan_launch(settings, program), seccomp_filter=None, cgroup=None)
+def plain_plan(
+    settings: SandboxSettings,
+    program: list[str] | None = None,
+    child_program: Path = CHILD_PROGRAM,
+) -> LaunchPlan:
+    return replace(plan_launch(settings, program, child_program), seccomp_filter=None, cgroup=None)
 
 
 def launching(variant: str) -> None:

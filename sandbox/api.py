@@ -54,6 +54,10 @@ class ScoringBatch:
     completions: list[str]  # completion text
     examples: list[dict[str, Any]]  # the dataset row of each sample, prompt included
     step: int = 0
+    # Agent jobs: each rollout's messages (assistant turns, tool calls and results). A batch
+    # function gets them as its completions (TRL's conversational form); a per-sample function
+    # gets them as ``messages`` when it takes that argument; ``completions`` is the final answer.
+    trajectories: list[list[dict[str, Any]]] | None = None
 
 
 @dataclass

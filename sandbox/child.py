@@ -50,7 +50,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -81,6 +81,8 @@ MALLOC_ARENAS = 2
 # and their output is dropped instead of landing in the next call's logs.
 CURRENT_CALL: contextvars.ContextVar[int] = contextvars.ContextVar("rft_current_call")
 STDLIB_DIR = os.path.dirname(os.__file__)
+# Files whose frames are ours, left out of the user's tracebacks (the agent child adds itself).
+OUR_FILES = {__file__}
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
@@ -248,13 +250,19 @@ class LoadedFunction:
         self.rate_limiter = sys.modules["rft_reward"].RateLimiter(float(rate)) if rate else None
         # Learned from the last batch: a slow plain function starts in the thread pool at once.
         self.slow = False
+        self.takes_messages = False
         # A batch function without **kwargs gets only the keywords it names, so extra dataset
         # columns do not break a function written as f(prompts, completions).
         self.keywords: frozenset[str] | None = None
         try:
-            parameters = inspect.signature(function).parameters.values()
+            parameters = list(inspect.signature(function).parameters.values())
         except (TypeError, ValueError):
             return
+        # A per-sample function that names `messages` (or takes **kwargs) gets each rollout's
+        # messages in agent jobs.
+        self.takes_messages = any(
+            p.name == "messages" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+        )
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             self.keywords = frozenset(
                 p.name
@@ -491,6 +499,7 @@ class RewardRunner:
         cheap function's cost per sample at one clock read.
         """
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        extra = _sample_extras(loaded, batch)
         scores, errors, count = outcomes.scores, outcomes.errors, len(completions)
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = loaded.sample_timeout_s
@@ -526,7 +535,9 @@ class RewardRunner:
                     slow_samples = 0
                 previous_start = timer.sample_started = started
                 try:
-                    value = function(prompts[index], completions[index], examples[index])
+                    value = function(
+                        prompts[index], completions[index], examples[index], **extra(index)
+                    )
                 except CallTimeout:
                     expired, timer.expired = timer.expired, None
                     if expired == "call":
@@ -575,6 +586,7 @@ class RewardRunner:
         from concurrent.futures import FIRST_COMPLETED, wait
 
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        extra = _sample_extras(loaded, batch)
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = loaded.sample_timeout_s
         sample_message = f"the sample took longer than {sample_limit:g} s"
@@ -585,7 +597,7 @@ class RewardRunner:
             if limiter is not None:
                 time.sleep(limiter.reserve())
             started_at[index] = time.monotonic()
-            value = function(prompts[index], completions[index], examples[index])
+            value = function(prompts[index], completions[index], examples[index], **extra(index))
             durations.append(time.monotonic() - started_at[index])  # type: ignore[operator]
             return value
 
@@ -692,6 +704,7 @@ class RewardRunner:
         import asyncio
 
         prompts, completions, examples = batch["prompts"], batch["completions"], batch["examples"]
+        extra = _sample_extras(loaded, batch)
         function, limiter = loaded.function, loaded.rate_limiter
         sample_limit = None if math.isinf(loaded.sample_timeout_s) else loaded.sample_timeout_s
         sample_message = f"the sample took longer than {loaded.sample_timeout_s:g} s"
@@ -702,7 +715,9 @@ class RewardRunner:
                     await asyncio.sleep(limiter.reserve())
                 try:
                     value = await asyncio.wait_for(
-                        function(prompts[index], completions[index], examples[index]),
+                        function(
+                            prompts[index], completions[index], examples[index], **extra(index)
+                        ),
                         sample_limit,
                     )
                 except TimeoutError:
@@ -761,10 +776,24 @@ class RewardRunner:
         return text, dropped > 0
 
 
+def _sample_extras(
+    loaded: LoadedFunction, batch: dict[str, Any]
+) -> Callable[[int], dict[str, Any]]:
+    """The keyword arguments of sample i beyond (prompt, completion, example)."""
+    trajectories = batch.get("trajectories")
+    if not trajectories or not loaded.takes_messages:
+        return lambda index: {}
+    return lambda index: {"messages": trajectories[index]}
+
+
 def _batch_arguments(batch: dict[str, Any]) -> dict[str, Any]:
     prompts = batch["prompts"]
     completions: list[Any] = batch["completions"]
-    if prompts and isinstance(prompts[0], list):
+    if batch.get("trajectories"):
+        # Agent rollouts: the whole conversation, tool calls and results included, as TRL
+        # passes a tool-using rollout's completion.
+        completions = batch["trajectories"]
+    elif prompts and isinstance(prompts[0], list):
         # TRL passes conversational completions as a one-message conversation.
         completions = [[{"role": "assistant", "content": text}] for text in completions]
     arguments: dict[str, Any] = {}
@@ -845,7 +874,7 @@ def _format_user_traceback(error: BaseException) -> str:
 
 
 def _is_caller_frame(filename: str) -> bool:
-    return filename == __file__ or filename.startswith(STDLIB_DIR)
+    return filename in OUR_FILES or filename.startswith(STDLIB_DIR)
 
 
 def _install_modules(sources: dict[str, str]) -> None:
@@ -920,7 +949,18 @@ THREAD_COUNT_VARIABLES = (
 SINGLE_THREADED_LIBRARIES = dict.fromkeys(THREAD_COUNT_VARIABLES, "1")
 
 
-def main() -> None:
+class Runner(Protocol):
+    """What main() serves requests with: the reward runner, or another program's (the agent
+    child's) built by the same startup, so both share pipes, limits and the first frame."""
+
+    raw_log: RawOutputCapture
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def main(make_runner: Callable[..., Runner] | None = None) -> None:
+    """Serve requests with ``make_runner(own_pid_namespace=, sample_threads=)`` (by default
+    the reward runner) once the pipes, the job's environment and the limits are in place."""
     protocol_in, protocol_out = _take_protocol_pipes()
     limits = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     # Inside bwrap the parent is the namespace's init, which --die-with-parent already covers.
@@ -949,7 +989,7 @@ def main() -> None:
     sample_threads = MAX_SAMPLE_THREADS
     if process_limit:
         sample_threads = max(1, min(sample_threads, int(process_limit) // 2))
-    runner = RewardRunner(
+    runner = (make_runner or RewardRunner)(
         own_pid_namespace=bool(limits.pop("own_pid_namespace", False)),
         sample_threads=sample_threads,
     )

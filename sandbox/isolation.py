@@ -110,8 +110,16 @@ def child_limits(settings: SandboxSettings) -> dict[str, int]:
     return limits
 
 
-def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> LaunchPlan:
-    """Build the command that starts the child (or `program`, for probing) under `settings`."""
+def plan_launch(
+    settings: SandboxSettings,
+    program: list[str] | None = None,
+    child_program: Path = CHILD_PROGRAM,
+) -> LaunchPlan:
+    """Build the command that starts the child (or `program`, for probing) under `settings`.
+
+    ``child_program`` is the program the child runs: the reward child, or another one beside it
+    in this folder (the agent child) that imports its startup from child.py; under bwrap it is
+    bound next to child.py."""
     cgroup = _plan_cgroup(settings)
     if settings.isolation == "none":
         venv_bin = host_venv(host_python(settings)[1]) / "bin"
@@ -120,10 +128,10 @@ def plan_launch(settings: SandboxSettings, program: list[str] | None = None) -> 
             "python_paths": [str(path) for path in settings.extra_python_paths],
             "parent_pid": os.getpid(),
         }
-        argv = program or [python, "-I", "-S", "-B", str(CHILD_PROGRAM), json.dumps(limits)]
+        argv = program or [python, "-I", "-S", "-B", str(child_program), json.dumps(limits)]
         env = {"PATH": f"{venv_bin}:{SEARCH_PATH}", "LANG": "C.UTF-8", "HOME": "/tmp"}
         return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False, cgroup=cgroup)
-    return _plan_bwrap(settings, program, cgroup)
+    return _plan_bwrap(settings, program, cgroup, child_program)
 
 
 def host_python(settings: SandboxSettings) -> tuple[Path, Path]:
@@ -195,7 +203,10 @@ def _plan_bwrap(
     settings: SandboxSettings,
     program: list[str] | None,
     cgroup: tuple[CgroupHost, CgroupLimits] | None,
+    child_program: Path = CHILD_PROGRAM,
 ) -> LaunchPlan:
+    if child_program.parent != CHILD_PROGRAM.parent:
+        raise ValueError(f"{child_program} must live beside {CHILD_PROGRAM.name}")
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailableError(
@@ -253,6 +264,10 @@ def _plan_bwrap(
         if os.path.exists(f"/etc/{name}"):
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind", str(CHILD_PROGRAM), INSIDE_CHILD_PROGRAM]
+    inside_program = INSIDE_CHILD_PROGRAM
+    if child_program != CHILD_PROGRAM:
+        inside_program = f"{os.path.dirname(INSIDE_CHILD_PROGRAM)}/{child_program.name}"
+        argv += ["--ro-bind", str(child_program), inside_program]
     python_paths = []
     for index, path in enumerate(settings.extra_python_paths):
         if as_root and path.stat().st_mode & 0o005 != 0o005:
@@ -293,7 +308,7 @@ def _plan_bwrap(
         argv += [python if part == sys.executable else part for part in program]
     else:
         limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
-        argv += [python, "-I", "-S", "-B", INSIDE_CHILD_PROGRAM, json.dumps(limits)]
+        argv += [python, "-I", "-S", "-B", inside_program, json.dumps(limits)]
     try:
         seccomp_filter = filter_for_this_machine()
     except SeccompUnsupportedError as error:

@@ -44,6 +44,7 @@ from sandbox.child import (
 )
 from sandbox.inspection import find_reward_entry_point
 from sandbox.isolation import (
+    CHILD_PROGRAM,
     SandboxUnavailableError,
     detect_isolation,
     plan_launch,
@@ -75,9 +76,12 @@ class WorkerFailure(Exception):
 class SandboxWorker:
     """One warm child process and the pipes to it. Not thread-safe: one request at a time."""
 
-    def __init__(self, settings: SandboxSettings, label: str) -> None:
+    def __init__(
+        self, settings: SandboxSettings, label: str, child_program: Path = CHILD_PROGRAM
+    ) -> None:
         self.settings = settings
         self.label = label
+        self.child_program = child_program  # the program the child runs (reward or agent)
         self.process: subprocess.Popen[bytes] | None = None
         # As root, each child runs as a uid of its own (sandbox.uids), leased at every start:
         # a replacement never shares a uid with the processes of the child it replaces.
@@ -100,7 +104,7 @@ class SandboxWorker:
         self._diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         self._inbox = bytearray()
         self.loaded_body = None
-        plan = plan_launch(self._lease_uid())
+        plan = plan_launch(self._lease_uid(), child_program=self.child_program)
         try:
             spawned = spawn(
                 plan,
@@ -470,6 +474,7 @@ class ProcessSandbox(RewardSandbox):
                     "completions": batch.completions,
                     "examples": batch.examples,
                     "step": batch.step,
+                    **({"trajectories": batch.trajectories} if batch.trajectories else {}),
                 },
                 separators=(",", ":"),
                 default=to_json_compatible,

@@ -90,6 +90,10 @@ class InvalidRewardFunction(BadRequest):
     pass
 
 
+class InvalidAgentCode(BadRequest):
+    """A tool or environment that cannot be loaded; the detail names it."""
+
+
 class IllegalTransition(Conflict):
     pass
 

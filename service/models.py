@@ -168,6 +168,26 @@ class RewardFunctionVersion(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class AgentCodeVersion(Base):
+    """The source of one version of one of a job's tools or environments (agent jobs)."""
+
+    __tablename__ = "agent_code_versions"
+    __table_args__ = (
+        UniqueConstraint("job_id", "kind", "name", "version", name="uq_agent_code_versions_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # "tool" or "environment"
+    name: Mapped[str] = mapped_column(String(100))
+    version: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(Text)
+    # Environments only: the class the source defines (part of the version: a new class name
+    # is new code even when the source is the same).
+    class_name: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class JobConfigVersion(Base):
     """A whole editable config: which function versions, with which weights, and sampling."""
 
@@ -179,6 +199,14 @@ class JobConfigVersion(Base):
     version: Mapped[int] = mapped_column(Integer)
     # {name: {"version": int, "weight": float}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    # Agent jobs: {name: {"version": int}} and {name: {"version": int, "weight": float}},
+    # versions of agent_code_versions rows; {} for a job without tools or environments.
+    tools: Mapped[dict[str, Any]] = mapped_column(
+        Json, default=dict, server_default=text("'{}'::jsonb")
+    )
+    environments: Mapped[dict[str, Any]] = mapped_column(
+        Json, default=dict, server_default=text("'{}'::jsonb")
+    )
     temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
     top_p: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -201,6 +229,8 @@ class Step(Base):
     frac_reward_zero_std: Mapped[float | None] = mapped_column(Float, nullable=True)
     # {name: {"version", "weight", "mean", "std", "scored", "errors", "error_rate"}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    # Agent jobs: tool calls, turns, truncation and per-tool errors (StepRecord.agent_metrics).
+    agent_metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -219,6 +249,8 @@ class Evaluation(Base):
     duration_s: Mapped[float] = mapped_column(Float)
     # {name: {"version", "weight", "mean", "std", "scored", "errors"}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
+    # Agent jobs: as the step's, over the validation rollouts.
+    agent_metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -240,6 +272,8 @@ class Completion(Base):
     total: Mapped[float | None] = mapped_column(Float, nullable=True)
     advantage: Mapped[float | None] = mapped_column(Float, nullable=True)
     token_count: Mapped[int] = mapped_column(Integer)
+    # Agent jobs: the rollout's messages, turn by turn (CompletionRecord.trajectory).
+    trajectory: Mapped[list[dict[str, Any]] | None] = mapped_column(Json, nullable=True)
 
 
 class RewardErrorRecord(Base):

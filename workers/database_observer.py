@@ -38,17 +38,19 @@ def load_reward_config(
     session: Session, job_id: str, version: int, secrets: dict[str, str]
 ) -> RewardConfig:
     """Config ``version`` of the job as the ranks apply it, with the job's ``secrets``."""
-    config = JobConfigRepository(session).get_config_version(job_id, version)
+    configs = JobConfigRepository(session)
+    config = configs.get_config_version(job_id, version)
     if config is None:
         raise LookupError(f"job {job_id} has no config version {version}")
+    tools, environments = configs.stored_agent_code(config)
     return RewardConfig(
         version=config.version,
-        functions=[
-            function.spec() for function in JobConfigRepository(session).stored_functions(config)
-        ],
+        functions=[function.spec() for function in configs.stored_functions(config)],
         temperature=config.temperature,
         top_p=config.top_p,
         secrets=secrets,
+        tools=[tool.spec() for tool in tools],
+        environments=[environment.spec() for environment in environments],
     )
 
 

@@ -63,6 +63,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             "duration_s": record.duration_s,
             "frac_reward_zero_std": frac_reward_zero_std(record.completions),
             "reward_functions": functions_json(record.functions),
+            "agent_metrics": record.agent_metrics,
         },
         completions=completion_copy_lines(job_id, record),
         errors=[
@@ -147,10 +148,11 @@ def completion_copy_lines(job_id: str, record: StepRecord) -> list[str]:
         if prompt is None:
             prompt = prompts[id(c.prompt)] = copy_json(c.prompt)
         dataset_index = NULL if c.dataset_index is None else str(c.dataset_index)
+        trajectory = NULL if c.trajectory is None else copy_json(c.trajectory)
         lines.append(
             f"{head}{c.prompt_index}\t{c.group_position}\t{dataset_index}\t{prompt}\t"
             f"{copy_text(c.completion)}\t{copy_json(c.scores)}\t{copy_number(c.total)}\t"
-            f"{copy_number(c.advantage)}\t{c.token_count}\n"
+            f"{copy_number(c.advantage)}\t{c.token_count}\t{trajectory}\n"
         )
     return lines
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.base_models.service import TINY_MODEL_NAME
+from service.base_models.service import BUILT_IN_MODELS
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def read_model_files(name: str, settings: Settings) -> ModelFiles | None:
     """``name``'s config (a base_model that passed check_base_model), or None when it cannot
     be read here: the built-in model, a path only the workers have, the hub unreachable or
     not to be asked (RFT_HUB_CHECK=off)."""
-    if name == TINY_MODEL_NAME:
+    if name in BUILT_IN_MODELS:
         return None
     try:
         if name.startswith("/"):

@@ -23,6 +23,10 @@ from service.errors import BadRequest, ServiceUnavailable
 from service.settings import Settings
 
 TINY_MODEL_NAME = "rft-tiny"
+# The tiny model warmed up to call a `lookup` tool, for agent jobs (tests, the README example).
+TINY_TOOL_MODEL_NAME = "rft-tiny-tools"
+# Built by the workers on first use, offline: nothing to check on a hub or a disk.
+BUILT_IN_MODELS = frozenset({TINY_MODEL_NAME, TINY_TOOL_MODEL_NAME})
 # The hub's repo id rule: an optional namespace and a name of letters, digits, '-', '_', '.'.
 HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
 
@@ -43,14 +47,15 @@ class BaseModelCheck:
 
 
 def check_base_model(name: str, settings: Settings) -> BaseModelCheck:
-    if name == TINY_MODEL_NAME:
+    if name in BUILT_IN_MODELS:
         return BaseModelCheck()
     if name.startswith(("/", "~", ".")) or "\\" in name:
         return _check_local_path(name, settings)
     if HUB_ID.match(name) is None or ".." in name:
         raise UnknownBaseModel(
-            f"base_model {name!r} is neither {TINY_MODEL_NAME!r}, an absolute path under "
-            "RFT_MODEL_ROOTS, nor a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
+            f"base_model {name!r} is neither a built-in model "
+            f"({', '.join(sorted(BUILT_IN_MODELS))}), an absolute path under RFT_MODEL_ROOTS, "
+            "nor a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
     return _check_hub_id(name, settings)
 

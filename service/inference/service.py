@@ -30,7 +30,7 @@ import httpx
 from sqlalchemy.orm import Session
 
 from service.artifacts.service import checkpoint_uri, final_adapter_uri
-from service.base_models.service import TINY_MODEL_NAME
+from service.base_models.service import BUILT_IN_MODELS
 from service.errors import BadRequest, NotFound, ServiceUnavailable
 from service.inference.protocol import (
     AdapterRef,
@@ -127,10 +127,11 @@ def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
             base_model=job.base_model,
             adapter_uri=final_adapter_uri(session, tenant_id, job.id),
         )
-    if name == TINY_MODEL_NAME or InferenceRepository(session).tenant_trains_on(tenant_id, name):
+    if name in BUILT_IN_MODELS or InferenceRepository(session).tenant_trains_on(tenant_id, name):
         return ServedModel(name=name, base_model=name, adapter_uri=None)
     raise UnknownModel(
-        f"model {name!r} is neither a job id, '<job id>:checkpoint-<step>', {TINY_MODEL_NAME!r}, "
+        f"model {name!r} is neither a job id, '<job id>:checkpoint-<step>', a built-in model "
+        f"({', '.join(sorted(BUILT_IN_MODELS))}), "
         "nor the base model of one of your jobs"
     )
 

@@ -1,4 +1,5 @@
-"""Every SQL statement on a job's config versions and reward-function versions."""
+"""Every SQL statement on a job's config versions, reward-function versions and the versions
+of its tools and environments (agent jobs)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from sandbox.agent_api import EnvironmentSpec, ToolSpec
 from sandbox.api import RewardFunctionSpec
-from service.models import JobConfigVersion, RewardFunctionVersion
+from service.models import AgentCodeVersion, JobConfigVersion, RewardFunctionVersion
 from service.reward_functions.schemas import run_settings
 
 
@@ -33,6 +35,43 @@ class StoredFunction:
             weight=self.weight,
             version=self.version,
             **self.settings,
+        )
+
+
+# agent_code_versions.kind
+TOOL = "tool"
+ENVIRONMENT = "environment"
+
+
+@dataclass(frozen=True)
+class StoredTool:
+    """One tool of a stored config version, its source resolved (API and worker alike)."""
+
+    name: str
+    version: int
+    source: str
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, source=self.source, version=self.version)
+
+
+@dataclass(frozen=True)
+class StoredEnvironment:
+    """One environment of a stored config version, its source resolved."""
+
+    name: str
+    version: int
+    source: str
+    class_name: str
+    weight: float
+
+    def spec(self) -> EnvironmentSpec:
+        return EnvironmentSpec(
+            name=self.name,
+            source=self.source,
+            class_name=self.class_name,
+            version=self.version,
+            weight=self.weight,
         )
 
 
@@ -101,3 +140,87 @@ class JobConfigRepository:
             )
             for name, version in keys
         ]
+
+    def add_tool_version(self, job_id: str, tool: ToolSpec) -> None:
+        self.session.add(
+            AgentCodeVersion(
+                job_id=job_id, kind=TOOL, name=tool.name, version=tool.version, source=tool.source
+            )
+        )
+
+    def add_environment_version(self, job_id: str, environment: EnvironmentSpec) -> None:
+        self.session.add(
+            AgentCodeVersion(
+                job_id=job_id,
+                kind=ENVIRONMENT,
+                name=environment.name,
+                version=environment.version,
+                source=environment.source,
+                class_name=environment.class_name,
+            )
+        )
+
+    def latest_agent_code_versions(self, job_id: str, kind: str) -> dict[str, AgentCodeVersion]:
+        """The newest stored version of each of the job's tools (or environments), by name."""
+        latest: dict[str, AgentCodeVersion] = {}
+        rows = self.session.scalars(
+            select(AgentCodeVersion)
+            .where(AgentCodeVersion.job_id == job_id, AgentCodeVersion.kind == kind)
+            .order_by(AgentCodeVersion.version)
+        )
+        for row in rows:
+            latest[row.name] = row
+        return latest
+
+    def _agent_code_sources(
+        self, config: JobConfigVersion
+    ) -> dict[tuple[str, str, int], AgentCodeVersion]:
+        """The rows ``config``'s tools and environments name, by (kind, name, version)."""
+        wanted = {
+            (kind, name, int(entry["version"]))
+            for kind, entries in (
+                (TOOL, config.tools or {}),
+                (ENVIRONMENT, config.environments or {}),
+            )
+            for name, entry in entries.items()
+        }
+        if not wanted:
+            return {}
+        rows = self.session.scalars(
+            select(AgentCodeVersion).where(
+                AgentCodeVersion.job_id == config.job_id,
+                AgentCodeVersion.name.in_({name for _, name, _ in wanted}),
+            )
+        )
+        return {
+            (row.kind, row.name, row.version): row
+            for row in rows
+            if (row.kind, row.name, row.version) in wanted
+        }
+
+    def stored_agent_code(
+        self, config: JobConfigVersion
+    ) -> tuple[list[StoredTool], list[StoredEnvironment]]:
+        """``config``'s tools and environments in their stored order, each with its source."""
+        sources = self._agent_code_sources(config)
+        tools = []
+        for name, entry in (config.tools or {}).items():
+            version = int(entry["version"])
+            tools.append(
+                StoredTool(name=name, version=version, source=sources[(TOOL, name, version)].source)
+            )
+        environments = []
+        for name, entry in (config.environments or {}).items():
+            version = int(entry["version"])
+            row = sources[(ENVIRONMENT, name, version)]
+            assert row.class_name is not None, "every environment version names its class"
+            environments.append(
+                StoredEnvironment(
+                    name=name,
+                    version=version,
+                    source=row.source,
+                    class_name=row.class_name,
+                    weight=float(entry.get("weight", 1.0)),
+                )
+            )
+        return tools, environments

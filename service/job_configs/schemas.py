@@ -3,15 +3,27 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from service.agent_code.schemas import (
+    ENVIRONMENT_GIVEN,
+    ENVIRONMENT_NAMES_SCHEMA,
+    MAX_TOOLS,
+    EnvironmentConfig,
+    EnvironmentUpdate,
+    ToolConfig,
+    ToolUpdate,
+    check_environment_names,
+    reward_sources_required,
+)
 from service.reward_functions.schemas import (
     FUNCTION_NAME,
     MAX_REWARD_FUNCTIONS,
+    ONE_REWARD_FUNCTION_GIVEN,
     RewardFunctionCreate,
     RewardFunctionSettings,
     RewardModuleInput,
-    check_reward_function_names,
+    check_reward_function_count,
 )
 from service.secrets import check_secret_changes
 
@@ -26,6 +38,12 @@ class JobConfig(BaseModel):
     job_id: str
     version: int
     reward_functions: dict[str, RewardFunctionConfig]
+    tools: dict[str, ToolConfig] = Field(
+        default_factory=dict, description="Agent jobs: the standalone tools, by name."
+    )
+    environments: dict[str, EnvironmentConfig] = Field(
+        default_factory=dict, description="Agent jobs: the environments, by name."
+    )
     temperature: float | None
     top_p: float | None
     allow_network: bool
@@ -48,28 +66,64 @@ class RewardFunctionUpdate(RewardFunctionCreate):
 
 
 class JobConfigUpdate(RewardModuleInput):
-    """The whole editable config: functions missing here are removed from the next step on.
+    """The whole editable config: functions missing here are removed from the next step on,
+    and so are tools and environments missing from `tools` and `environments` when those are
+    given (left out, the job's current ones stay as they are).
 
     The document GET returned is accepted as it is. Its read-only fields are ignored
-    (`version`, `created_at`, `applied_at_step`, each function's `version` and `label`) or,
-    where a different value would mean a change that cannot happen here, checked (`job_id`,
-    `allow_network`, `runtime_packages`, `secret_names`: a 400 says what to do instead).
+    (`version`, `created_at`, `applied_at_step`, each function's, tool's and environment's
+    `version` and `label`) or, where a different value would mean a change that cannot happen
+    here, checked (`job_id`, `allow_network`, `runtime_packages`, `secret_names`: a 400 says
+    what to do instead).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # At least one reward function, here or in reward_module, or environments to score.
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"anyOf": ONE_REWARD_FUNCTION_GIVEN + ENVIRONMENT_GIVEN}
+    )
 
     reward_functions: Annotated[
         dict[str, RewardFunctionUpdate],
-        AfterValidator(check_reward_function_names),
-        # The validator's rules, stated in the OpenAPI document (at least one function, here
-        # or in reward_module: RewardModuleInput states that).
+        AfterValidator(check_reward_function_count),
+        # The validator's rules, stated in the OpenAPI document.
         Field(
             json_schema_extra={
                 "maxProperties": MAX_REWARD_FUNCTIONS,
                 "propertyNames": {"pattern": FUNCTION_NAME.pattern},
             }
         ),
-    ]
+    ] = Field(
+        default_factory=dict,
+        description="Functions by name. Empty (or left out) only when every environment "
+        "scores the rollouts with get_reward.",
+    )
+    tools: (
+        Annotated[
+            dict[str, ToolUpdate],
+            Field(
+                max_length=MAX_TOOLS,
+                json_schema_extra={"propertyNames": {"pattern": FUNCTION_NAME.pattern}},
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Agent jobs: every tool, by name (the function its source defines); a "
+        "changed source gets a new version. null or left out: keep the current tools.",
+    )
+    environments: (
+        Annotated[
+            dict[str, EnvironmentUpdate],
+            AfterValidator(check_environment_names),
+            Field(json_schema_extra=ENVIRONMENT_NAMES_SCHEMA),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Agent jobs: every environment, by name; a changed source or class_name "
+        "gets a new version, a changed weight only a new config version. null or left out: "
+        "keep the current environments.",
+    )
     temperature: float | None = Field(None, gt=0, le=5.0, description="null: keep the current.")
     top_p: float | None = Field(None, gt=0, le=1.0, description="null: keep the current.")
     secrets: Annotated[dict[str, str | None], AfterValidator(check_secret_changes)] | None = Field(
@@ -91,6 +145,11 @@ class JobConfigUpdate(RewardModuleInput):
     created_at: datetime | None = Field(None, description="Read-only: ignored.")
     applied_at_step: int | None = Field(None, description="Read-only: ignored.")
 
+    @model_validator(mode="after")
+    def _something_scores(self) -> JobConfigUpdate:
+        reward_sources_required(self.reward_functions, self.environments)
+        return self
+
 
 class JobConfigUpdated(BaseModel):
     version: int
@@ -106,6 +165,18 @@ class JobConfigUpdated(BaseModel):
     changed_functions: list[str] = Field(description="Functions whose source got a new version.")
     added_functions: list[str]
     removed_functions: list[str]
+    changed_tools: list[str] = Field(
+        default_factory=list, description="Tools whose source got a new version."
+    )
+    added_tools: list[str] = Field(default_factory=list)
+    removed_tools: list[str] = Field(default_factory=list)
+    changed_environments: list[str] = Field(
+        default_factory=list,
+        description="Environments whose source or class_name got a new version (a new weight "
+        "alone is not listed).",
+    )
+    added_environments: list[str] = Field(default_factory=list)
+    removed_environments: list[str] = Field(default_factory=list)
     config: JobConfig
 
 

@@ -7,9 +7,21 @@ trainer directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
 from sqlalchemy.orm import Session
 
+from sandbox.agent_api import EnvironmentSpec, ToolSpec
 from sandbox.api import RewardCodeError, RewardForm, RewardFunctionSpec
+from service.agent_code.schemas import EnvironmentConfig, ToolConfig
+from service.agent_code.service import (
+    agent_code_specs,
+    load_agent_code,
+    require_scores,
+    tool_timeout,
+)
 from service.artifacts.repository import CheckpointRepository
 from service.datasets.repository import DatasetRepository
 from service.errors import (
@@ -20,7 +32,7 @@ from service.errors import (
     PreconditionRequired,
 )
 from service.events.repository import EventRepository
-from service.job_configs.repository import JobConfigRepository
+from service.job_configs.repository import ENVIRONMENT, TOOL, JobConfigRepository
 from service.job_configs.schemas import (
     DryRunResult,
     JobConfig,
@@ -47,7 +59,9 @@ def label(name: str, version: int) -> str:
 
 
 def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfig:
-    functions = JobConfigRepository(session).stored_functions(config)
+    configs = JobConfigRepository(session)
+    functions = configs.stored_functions(config)
+    tools, environments = configs.stored_agent_code(config)
     return JobConfig(
         job_id=job.id,
         version=config.version,
@@ -60,6 +74,22 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
                 label=label(function.name, function.version),
             )
             for function in functions
+        },
+        tools={
+            tool.name: ToolConfig(
+                source=tool.source, version=tool.version, label=label(tool.name, tool.version)
+            )
+            for tool in tools
+        },
+        environments={
+            environment.name: EnvironmentConfig(
+                source=environment.source,
+                class_name=environment.class_name,
+                weight=environment.weight,
+                version=environment.version,
+                label=label(environment.name, environment.version),
+            )
+            for environment in environments
         },
         temperature=config.temperature,
         top_p=config.top_p,
@@ -131,16 +161,109 @@ def _secrets_after(job: Job, update: JobConfigUpdate) -> dict[str, str]:
         raise BadRequest(f"secrets: {error}") from None
 
 
+@dataclass(frozen=True)
+class AgentCode:
+    """The tools and environments a config version will have (versions not yet assigned)."""
+
+    tools: list[ToolSpec] = field(default_factory=list)
+    environments: list[EnvironmentSpec] = field(default_factory=list)
+
+
+def _agent_code_after(session: Session, job: Job, update: JobConfigUpdate) -> AgentCode:
+    """The update's tools and environments; the current version's where it leaves them out."""
+    tools, environments = agent_code_specs(
+        {name: tool.source for name, tool in (update.tools or {}).items()},
+        update.environments or {},
+    )
+    if update.tools is None or update.environments is None:
+        configs = JobConfigRepository(session)
+        current = configs.get_config_version(job.id, job.config_version)
+        assert current is not None
+        stored_tools, stored_environments = configs.stored_agent_code(current)
+        if update.tools is None:
+            tools = [ToolSpec(name=tool.name, source=tool.source) for tool in stored_tools]
+        if update.environments is None:
+            environments = [
+                EnvironmentSpec(
+                    name=env.name, source=env.source, class_name=env.class_name, weight=env.weight
+                )
+                for env in stored_environments
+            ]
+    return AgentCode(tools=tools, environments=environments)
+
+
+def _load_agent_code(
+    job: Job, update: JobConfigUpdate, agent_code: AgentCode, secrets: dict[str, str]
+) -> None:
+    """Load the config's tools and environments in the sandbox: 400 naming one that cannot
+    load, or an environment without get_reward in a config without reward functions."""
+    loaded = load_agent_code(
+        agent_code.tools,
+        agent_code.environments,
+        allow_network=job.allow_network,
+        secrets=secrets,
+        runtime_packages=list(job.runtime_packages or []),
+        tool_timeout_s=tool_timeout(job.hyperparameters),
+    )
+    require_scores(loaded, len(update.reward_functions))
+
+
 def _validate(
-    session: Session, job: Job, update: JobConfigUpdate, secrets: dict[str, str]
+    session: Session,
+    job: Job,
+    update: JobConfigUpdate,
+    secrets: dict[str, str],
+    agent_code: AgentCode,
 ) -> dict[str, RewardForm]:
-    """The same checks as at job creation: broken code is a 400 naming the function."""
+    """The same checks as at job creation: broken code is a 400 naming the function, tool or
+    environment."""
     _check_read_only_fields(job, update)
     forms = check_reward_functions(update.reward_functions)
-    if not job.runtime_packages:
+    _load_agent_code(job, update, agent_code, secrets)
+    if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
         preflight(rows, update.reward_functions, allow_network=job.allow_network, secrets=secrets)
     return forms
+
+
+@dataclass
+class Changes:
+    """What a config version changes of one kind of code, against the current version."""
+
+    changed: list[str] = field(default_factory=list)  # the same name, a new version
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _versions_for(
+    code: Mapping[str, Hashable],
+    latest: Mapping[str, tuple[int, Hashable]],
+    current: Mapping[str, Mapping[str, Any]],
+    store: Callable[[str, int], None],
+) -> tuple[dict[str, int], Changes]:
+    """The version each named piece of ``code`` gets, and the changes against ``current``
+    (the current config's entries).
+
+    Code the same as its latest stored version keeps that version (a rollback to an older
+    source is a new version: versions only grow); other code gets the next one, stored with
+    ``store(name, version)``. Reward functions, tools and environments are versioned alike.
+    """
+    versions: dict[str, int] = {}
+    changes = Changes()
+    for name, text in code.items():
+        previous = latest.get(name)
+        if previous is not None and previous[1] == text:
+            version = previous[0]
+        else:
+            version = previous[0] + 1 if previous is not None else 1
+            store(name, version)
+        if name not in current:
+            changes.added.append(name)
+        elif int(current[name]["version"]) != version:
+            changes.changed.append(name)
+        versions[name] = version
+    changes.removed = [name for name in current if name not in versions]
+    return versions, changes
 
 
 def _check_version(job: Job, if_match: str | None) -> None:
@@ -174,6 +297,48 @@ def first_step_of_next_version(session: Session, job: Job) -> int:
     return job.started_step + 1
 
 
+def _version_agent_code(
+    configs: JobConfigRepository, job: Job, current: JobConfigVersion, agent_code: AgentCode
+) -> tuple[dict[str, Any], dict[str, Any], Changes, Changes]:
+    """The new config version's tools and environments entries (new code stored as new
+    versions), and what changed in each against ``current``."""
+    tools = {tool.name: tool for tool in agent_code.tools}
+    tool_versions, tool_changes = _versions_for(
+        {name: tool.source for name, tool in tools.items()},
+        {
+            name: (row.version, row.source)
+            for name, row in configs.latest_agent_code_versions(job.id, TOOL).items()
+        },
+        current.tools or {},
+        lambda name, version: configs.add_tool_version(
+            job.id, replace(tools[name], version=version)
+        ),
+    )
+    environments = {environment.name: environment for environment in agent_code.environments}
+    # The class is part of an environment's code: the same source with another class is
+    # another environment.
+    environment_versions, environment_changes = _versions_for(
+        {name: (env.source, env.class_name) for name, env in environments.items()},
+        {
+            name: (row.version, (row.source, row.class_name))
+            for name, row in configs.latest_agent_code_versions(job.id, ENVIRONMENT).items()
+        },
+        current.environments or {},
+        lambda name, version: configs.add_environment_version(
+            job.id, replace(environments[name], version=version)
+        ),
+    )
+    return (
+        {name: {"version": version} for name, version in tool_versions.items()},
+        {
+            name: {"version": version, "weight": environments[name].weight}
+            for name, version in environment_versions.items()
+        },
+        tool_changes,
+        environment_changes,
+    )
+
+
 def update_config(
     session: Session,
     tenant_id: str,
@@ -185,9 +350,10 @@ def update_config(
     job = get_job(session, tenant_id, job_id)
     _check_version(job, if_match)
     secrets = _secrets_after(job, update)
+    agent_code = _agent_code_after(session, job, update)
     # Validation runs the code in the sandbox (seconds): before taking the row lock, which
     # the worker needs to begin each step.
-    forms = _validate(session, job, update, secrets)
+    forms = _validate(session, job, update, secrets, agent_code)
     # The row lock serializes concurrent updates: each gets its own version, none is lost.
     session.refresh(job, with_for_update=True)
     _check_version(job, if_match)
@@ -195,40 +361,52 @@ def update_config(
         secrets = _secrets_after(job, update)
         job.secrets_sealed = seal(secrets, get_settings())
         job.secret_names = sorted(secrets)
+    if update.tools is None or update.environments is None:
+        # Kept code is the current version's: another update (If-Match: *) may have stored
+        # new code since it was loaded above.
+        latest_code = _agent_code_after(session, job, update)
+        if latest_code != agent_code:
+            _load_agent_code(job, update, latest_code, secrets)
+            agent_code = latest_code
 
     configs = JobConfigRepository(session)
-    latest = configs.latest_function_versions(job.id)
     current = configs.get_config_version(job.id, job.config_version)
     assert current is not None
-    entries: dict[str, dict[str, float | int]] = {}
-    changed, added = [], []
-    for name, function in update.reward_functions.items():
-        previous = latest.get(name)
-        if previous is not None and previous.source == function.source:
-            version = previous.version
-        else:
-            version = previous.version + 1 if previous is not None else 1
-            configs.add_function_version(
-                RewardFunctionVersion(
-                    job_id=job.id,
-                    name=name,
-                    version=version,
-                    source=function.source,
-                    form=forms[name].value,
-                )
+
+    def store_function(name: str, version: int) -> None:
+        configs.add_function_version(
+            RewardFunctionVersion(
+                job_id=job.id,
+                name=name,
+                version=version,
+                source=update.reward_functions[name].source,
+                form=forms[name].value,
             )
-        if name not in current.reward_functions:
-            added.append(name)
-        elif int(current.reward_functions[name]["version"]) != version:
-            changed.append(name)
-        entries[name] = function.config_entry(version)
-    removed = [name for name in current.reward_functions if name not in entries]
+        )
+
+    function_versions, functions = _versions_for(
+        {name: function.source for name, function in update.reward_functions.items()},
+        {
+            n: (row.version, row.source)
+            for n, row in configs.latest_function_versions(job.id).items()
+        },
+        current.reward_functions,
+        store_function,
+    )
+    tool_entries, environment_entries, tools, environments = _version_agent_code(
+        configs, job, current, agent_code
+    )
 
     job.config_version += 1
     config = JobConfigVersion(
         job_id=job.id,
         version=job.config_version,
-        reward_functions=entries,
+        reward_functions={
+            name: update.reward_functions[name].config_entry(version)
+            for name, version in function_versions.items()
+        },
+        tools=tool_entries,
+        environments=environment_entries,
         temperature=update.temperature if update.temperature is not None else current.temperature,
         top_p=update.top_p if update.top_p is not None else current.top_p,
     )
@@ -241,9 +419,11 @@ def update_config(
         f"config v{config.version} stored; applies from step {applies_from}",
         data={
             "config_version": config.version,
-            "changed": changed,
-            "added": added,
-            "removed": removed,
+            "changed": functions.changed,
+            "added": functions.added,
+            "removed": functions.removed,
+            "tools": asdict(tools),
+            "environments": asdict(environments),
             "secrets_changed": bool(update.secrets),
         },
     )
@@ -252,19 +432,30 @@ def update_config(
         version=config.version,
         applies_from_step=applies_from,
         secrets_changed=bool(update.secrets),
-        changed_functions=changed,
-        added_functions=added,
-        removed_functions=removed,
+        changed_functions=functions.changed,
+        added_functions=functions.added,
+        removed_functions=functions.removed,
+        changed_tools=tools.changed,
+        added_tools=tools.added,
+        removed_tools=tools.removed,
+        changed_environments=environments.changed,
+        added_environments=environments.added,
+        removed_environments=environments.removed,
         config=_to_schema(session, job, config),
     )
 
 
 def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpdate) -> DryRunResult:
-    """Re-score the last recorded step's completions with the proposed functions."""
+    """Re-score the last recorded step's completions with the proposed functions.
+
+    Proposed tools and environments are loaded (400 when they cannot be) but take no part in
+    the re-score: that would take new rollouts, not the recorded ones.
+    """
     job = get_job(session, tenant_id, job_id)
     _check_read_only_fields(job, update)
     check_reward_functions(update.reward_functions)
     secrets = _secrets_after(job, update)
+    _load_agent_code(job, update, _agent_code_after(session, job, update), secrets)
     last_step = job.steps_completed
     completions = (
         StepRepository(session).list_completions(
@@ -273,7 +464,7 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
         if last_step
         else []
     )
-    if not completions:
+    if not completions or not update.reward_functions:
         return DryRunResult(step=None, completions=[], advantage_sign_changes=0, errors={})
     rows = DatasetRepository(session).rows_at(
         job.dataset_id, {c.dataset_index for c in completions if c.dataset_index is not None}

@@ -226,6 +226,21 @@ class Hyperparameters(BaseModel):
         "else max_prompt_length + max_completion_length when prompts are capped, else the "
         "model's whole context.",
     )
+    max_turns: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Agent jobs (tools or an environment): most tool-calling rounds in one "
+        "rollout (TRL's max_tool_calling_iterations). A rollout that reaches it ends there and "
+        "is marked truncated; tokens still count against max_completion_length.",
+    )
+    tool_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="Agent jobs: wall limit of one tool call (and of one environment reset or "
+        "get_reward). A call that runs past it returns an error to the model; the job goes on.",
+    )
     reward_error_rate_limit: float = Field(
         0.5,
         ge=0,

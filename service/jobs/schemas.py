@@ -1,15 +1,30 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from service.agent_code.schemas import (
+    ENVIRONMENT_GIVEN,
+    AgentCodeInput,
+    reward_sources_required,
+)
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.status import JobStatus
 from service.reward_functions.schemas import (
     MAX_RUNTIME_PACKAGES,
+    ONE_REWARD_FUNCTION_GIVEN,
+    RewardFunctionCreate,
     RewardFunctionsInput,
+    check_reward_function_count,
     plain_requirements,
 )
 from service.secrets import JobSecrets
@@ -28,9 +43,20 @@ AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsd
 CUDA_ONLY_ENGINES = frozenset({"fsdp"})
 
 
-class JobCreate(RewardFunctionsInput):
-    model_config = ConfigDict(extra="forbid")
+class JobCreate(RewardFunctionsInput, AgentCodeInput):
+    # At least one reward function, or an environment (whose get_reward scores the rollouts).
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"anyOf": ONE_REWARD_FUNCTION_GIVEN + ENVIRONMENT_GIVEN}
+    )
 
+    reward_functions: Annotated[
+        dict[str, RewardFunctionCreate], AfterValidator(check_reward_function_count)
+    ] = Field(
+        default_factory=dict,
+        description="Functions by name, each with its own source (may be left out, or empty, "
+        "when reward_module names the functions, or when every environment scores the "
+        "rollouts with get_reward).",
+    )
     dataset_id: str
     base_model: str = Field(
         TINY_MODEL_NAME,
@@ -96,6 +122,11 @@ class JobCreate(RewardFunctionsInput):
         "worker. 'fsdp' (PyTorch's FSDP2: parameters, gradients and optimizer state sharded, "
         "like ZeRO-3, without DeepSpeed; CUDA GPUs only).",
     )
+
+    @model_validator(mode="after")
+    def _something_scores(self) -> JobCreate:
+        reward_sources_required(self.reward_functions, self.environments)
+        return self
 
     @model_validator(mode="after")
     def _one_validation_source(self) -> JobCreate:
@@ -193,6 +224,12 @@ class Step(BaseModel):
         "GRPO learns nothing from them.",
     )
     reward_functions: dict[str, FunctionStepMetrics]
+    agent_metrics: dict[str, Any] | None = Field(
+        None,
+        description="Agent jobs (tools or environments): tool calls and turns per rollout, "
+        "the share of rollouts cut off at max_turns, and per tool its calls, errors by kind, "
+        "error rate and mean duration. null for single-answer jobs.",
+    )
     created_at: datetime
 
 
@@ -210,6 +247,9 @@ class Evaluation(BaseModel):
     samples: int = Field(description="Completions scored (prompts x eval_samples).")
     duration_s: float
     reward_functions: dict[str, FunctionStepMetrics]
+    agent_metrics: dict[str, Any] | None = Field(
+        None, description="Agent jobs: as a step's, over the validation rollouts."
+    )
     created_at: datetime
 
 
@@ -228,6 +268,12 @@ class Completion(BaseModel):
     total: float | None
     advantage: float | None
     token_count: int
+    trajectory: list[dict[str, Any]] | None = Field(
+        None,
+        description="Agent jobs: the whole rollout as chat messages, in order, as the worker "
+        "recorded them (assistant turns with their tool calls, tool results with errors and "
+        "durations). null for single-answer jobs.",
+    )
 
 
 class JobEvent(BaseModel):

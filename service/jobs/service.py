@@ -12,6 +12,11 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.agent_code.service import (
+    agent_code_specs,
+    load_agent_code,
+    require_scores,
+)
 from service.base_models.service import check_base_model
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
@@ -59,7 +64,19 @@ def create_job(
     dataset = get_dataset(session, tenant_id, payload.dataset_id)  # 404: unknown or foreign
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     forms = check_reward_functions(payload.reward_functions)
-    if not payload.runtime_packages:
+    tools, environments = agent_code_specs(
+        {tool.name: tool.source for tool in payload.tools}, payload.environments
+    )
+    loaded = load_agent_code(
+        tools,
+        environments,
+        allow_network=payload.allow_network,
+        secrets=payload.secrets,
+        runtime_packages=payload.runtime_packages,
+        tool_timeout_s=payload.hyperparameters.tool_timeout_s,
+    )
+    require_scores(loaded, len(payload.reward_functions))
+    if payload.reward_functions and not payload.runtime_packages:
         # Functions that need runtime packages can only run once the worker has installed
         # them; they get the static check only.
         preflight(
@@ -117,6 +134,10 @@ def create_job(
                 job_id=job.id, name=name, version=1, source=function.source, form=forms[name]
             )
         )
+    for tool in tools:
+        configs.add_tool_version(job.id, tool)  # version 1
+    for environment in environments:
+        configs.add_environment_version(job.id, environment)
     configs.add_config_version(
         JobConfigVersion(
             job_id=job.id,
@@ -124,6 +145,11 @@ def create_job(
             reward_functions={
                 name: function.config_entry(1)
                 for name, function in payload.reward_functions.items()
+            },
+            tools={tool.name: {"version": 1} for tool in tools},
+            environments={
+                environment.name: {"version": 1, "weight": environment.weight}
+                for environment in environments
             },
             temperature=payload.hyperparameters.temperature,
             top_p=payload.hyperparameters.top_p,

@@ -146,6 +146,14 @@ def check_reward_function_names(
 ) -> dict[str, RewardFunctionCreate]:
     if not functions:
         raise ValueError("give at least one reward function")
+    return check_reward_function_count(functions)
+
+
+def check_reward_function_count(
+    functions: dict[str, RewardFunctionCreate],
+) -> dict[str, RewardFunctionCreate]:
+    """The names and how many, but none is allowed: agent jobs whose environments score the
+    rollouts need no function (their models check that one is given otherwise)."""
     if len(functions) > MAX_REWARD_FUNCTIONS:
         raise ValueError(f"at most {MAX_REWARD_FUNCTIONS} reward functions")
     for name in functions:
@@ -162,22 +170,21 @@ RewardFunctions = Annotated[
 ]
 
 
+# At least one reward function, from either field (what check_reward_function_names
+# enforces once the module's functions are added), for the OpenAPI document.
+ONE_REWARD_FUNCTION_GIVEN: list[Any] = [
+    {"required": ["reward_module"]},
+    {
+        "required": ["reward_functions"],
+        "properties": {"reward_functions": {"minProperties": 1}},
+    },
+]
+
+
 class RewardModuleInput(BaseModel):
     """A request's optional reward_module, whose functions join its reward_functions."""
 
-    # At least one reward function, from either field (what check_reward_function_names
-    # enforces once the module's functions are added), for the OpenAPI document.
-    model_config = ConfigDict(
-        json_schema_extra={
-            "anyOf": [
-                {"required": ["reward_module"]},
-                {
-                    "required": ["reward_functions"],
-                    "properties": {"reward_functions": {"minProperties": 1}},
-                },
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"anyOf": ONE_REWARD_FUNCTION_GIVEN})
 
     reward_module: RewardModule | None = Field(
         None,

@@ -72,11 +72,14 @@ def test_a_model_on_the_hub_is_accepted(hub_stack: tuple[LocalStack, httpx.Clien
     ("base_model", "detail"),
     [
         ("rft-test/no-such-model", "was not found on the Hugging Face hub"),
-        ("not a model!", "is neither 'rft-tiny', an absolute path"),
+        (
+            "not a model!",
+            "is neither a built-in model (rft-tiny, rft-tiny-tools), an absolute path",
+        ),
         ("/etc", "is not under any of the allowed model roots"),
         ("{root}/../etc", "is not under any of the allowed model roots"),
         ("{root}/empty", "has no config.json"),
-        ("relative/../path", "is neither 'rft-tiny'"),
+        ("relative/../path", "is neither a built-in model (rft-tiny, rft-tiny-tools)"),
     ],
 )
 def test_unknown_models_are_400_naming_the_model(

@@ -15,6 +15,10 @@ from sandbox.inspection import find_reward_entry_point, inspect_reward_source
         ("def r(p, c, row):\n    return 1.0\n", RewardForm.SAMPLE),
         ("def r(p, c, row=None):\n    return 1.0\n", RewardForm.SAMPLE),
         ("def r(p, c, e, *, scale=2):\n    return 1.0\n", RewardForm.SAMPLE),
+        # Agent jobs: the rollout's conversation, by name.
+        ("def r(p, c, e, messages):\n    return 1.0\n", RewardForm.SAMPLE),
+        ("def r(p, c, e, messages=None):\n    return 1.0\n", RewardForm.SAMPLE),
+        ("def r(p, c, e, *, messages):\n    return 1.0\n", RewardForm.SAMPLE),
         ("def r(prompts, completions, **kwargs):\n    return []\n", RewardForm.BATCH),
         ("def r(completions, **kwargs):\n    return []\n", RewardForm.BATCH),
         ("def r(prompts, completions, answer):\n    return []\n", RewardForm.BATCH),
@@ -71,6 +75,7 @@ def test_async_functions_take_both_forms() -> None:
         "def r(p, c):\n    return 1\n",
         "def r(p, c, e, extra):\n    return 1\n",
         "def r(p, c, e, *, required):\n    return 1\n",
+        "def r(p, c, e, messages, extra):\n    return 1\n",
     ],
 )
 def test_other_signatures_name_the_two_accepted_ones(source: str) -> None:

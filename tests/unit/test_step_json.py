@@ -57,12 +57,23 @@ ROWS = [
     row(3, created_at=datetime(2026, 11, 21, 8, 0, 0, tzinfo=timezone(timedelta(hours=2)))),
     row(4, reward_mean=1e300, reward_std=5e-324, reward_functions={}),
     row(5, frac_reward_zero_std=None),
+    row(6, agent_metrics={"tool_calls_per_rollout": 1.5, "tools": {"add": {"calls": 3}}}),
 ]
 
 
 def as_stored(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """reward_functions as Postgres hands it to list_steps: JSON text."""
-    return [r | {"reward_functions": json.dumps(r["reward_functions"])} for r in rows]
+    """reward_functions and agent_metrics as Postgres hands them to list_steps: JSON text
+    (agent_metrics null for single-answer jobs)."""
+    return [
+        r
+        | {
+            "reward_functions": json.dumps(r["reward_functions"]),
+            "agent_metrics": None
+            if r.get("agent_metrics") is None
+            else json.dumps(r["agent_metrics"]),
+        }
+        for r in rows
+    ]
 
 
 @pytest.mark.parametrize("limit", [1, 4, 5, 10])

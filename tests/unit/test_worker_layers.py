@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "training, inside a rank",
         {
             "workers.job_sandbox",
+            "workers.training.agents",
             "workers.training.cuda",
             "workers.training.engines",
             "workers.training.evaluation",
@@ -43,7 +44,9 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.spec",
             "workers.training.step_reporting",
             "workers.training.stop_sequences",
+            "workers.training.model_building",
             "workers.training.tiny_model",
+            "workers.training.tiny_tool_model",
             "workers.training.trackers",
             "workers.training.vllm_cpu",
             "workers.training.vllm_memory",

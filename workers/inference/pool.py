@@ -34,7 +34,7 @@ from service.artifacts.storage import S3_SCHEME, ArtifactStore, artifact_store
 from service.inference.protocol import GeneratedChoice, GenerationRequest, GenerationResult
 from service.settings import Settings
 from workers.training.generation import Generation, choose_generation
-from workers.training.tiny_model import TINY_MODEL_NAME, resolve_base_model
+from workers.training.tiny_model import BUILT_IN_MODEL_NAMES, resolve_base_model
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class ModelPool:
         )
 
     def _base_model_path(self, name: str) -> str:
-        if name == TINY_MODEL_NAME:
+        if name in BUILT_IN_MODEL_NAMES:
             return resolve_base_model(name, self.settings.resolved_model_cache_dir)
         if name.startswith("/"):
             # The API checked this at job creation; check again, since this process reads it.

@@ -22,8 +22,10 @@ from transformers import (
 )
 from trl import GRPOConfig
 
+from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training.agents import AgentSession
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
@@ -41,7 +43,10 @@ ADAPTER_DIRNAME = "adapter"
 
 
 def run_grpo(
-    spec: TrainingSpec, sandbox: RewardSandbox, observer: TrainingObserver
+    spec: TrainingSpec,
+    sandbox: RewardSandbox,
+    observer: TrainingObserver,
+    agent_sandbox: AgentSandbox | None = None,
 ) -> TrainingOutcome:
     """Train a LoRA adapter with GRPO, scoring in ``sandbox``, reporting each step to ``observer``.
 
@@ -51,8 +56,16 @@ def run_grpo(
 
     On resume, the steps after the checkpoint are run (and reported) again, with the config
     the caller passes in ``spec.reward_config``: give the one in force at the checkpoint.
+
+    Agent jobs (tools or environments in the config) run that code in ``agent_sandbox``,
+    which the caller also owns.
     """
-    dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset)
+    agents = None
+    if is_agent_job(spec):
+        if agent_sandbox is None:
+            raise ValueError("this job has tools or environments: it needs an agent sandbox")
+        agents = AgentSession(agent_sandbox, spec.dataset, DATASET_INDEX_COLUMN)
+    dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset, agents)
     dispatcher.load_initial()
     trainer = build_trainer(spec, dispatcher)
     try:
@@ -119,6 +132,12 @@ def _release_generation(trainer: RecordingGRPOTrainer) -> None:
         logger.exception("could not release vLLM after the run (the run's outcome stands)")
 
 
+def is_agent_job(spec: TrainingSpec) -> bool:
+    """Whether the model may call tools in this job: fixed at creation (a config update may
+    change the tools and environments, not add the first or drop the last)."""
+    return bool(spec.reward_config.tools or spec.reward_config.environments)
+
+
 def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> RecordingGRPOTrainer:
     """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function."""
     hp = spec.hyperparameters
@@ -144,7 +163,13 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         model=model,
         reward_funcs=[dispatcher],
         args=args,
-        train_dataset=_indexed_dataset(spec.dataset),
+        train_dataset=_indexed_dataset(
+            spec.dataset,
+            conversational=dispatcher.agents is not None,
+            environment_column=bool(
+                dispatcher.agents is not None and len(spec.reward_config.environments) > 1
+            ),
+        ),
         processing_class=tokenizer,
         peft_config=LoraConfig(
             r=hp.lora_rank,
@@ -157,6 +182,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,
         reproducible_sampling=hp.reproducible_sampling,
+        agent_session=dispatcher.agents,
     )
     try:
         # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
@@ -180,18 +206,28 @@ def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def _indexed_dataset(rows: list[dict[str, Any]]) -> Dataset:
+def _indexed_dataset(
+    rows: list[dict[str, Any]], *, conversational: bool = False, environment_column: bool = False
+) -> Dataset:
     """The prompts and each row's index; the reward dispatcher looks the rows up by index.
 
     Only the prompt goes through Arrow: the other columns reach reward functions exactly as
-    uploaded (any types, any keys per row) from the rows themselves.
+    uploaded (any types, any keys per row) from the rows themselves. Agent jobs need chat
+    prompts (tools are rendered by the chat template): a text prompt becomes one user message.
+    With several environments, each row's ``environment`` column picks its own (TRL reads it).
     """
-    return Dataset.from_dict(
-        {
-            "prompt": [row["prompt"] for row in rows],
-            DATASET_INDEX_COLUMN: list(range(len(rows))),
-        }
-    )
+    columns: dict[str, list[Any]] = {
+        "prompt": [
+            [{"role": "user", "content": row["prompt"]}]
+            if conversational and isinstance(row["prompt"], str)
+            else row["prompt"]
+            for row in rows
+        ],
+        DATASET_INDEX_COLUMN: list(range(len(rows))),
+    }
+    if environment_column:
+        columns["environment"] = [str(row.get("environment", "")) for row in rows]
+    return Dataset.from_dict(columns)
 
 
 def per_rank_batches(hp: Hyperparameters, world_size: int) -> tuple[int, int]:
@@ -273,6 +309,7 @@ def _grpo_config(
         disable_tqdm=True,
         log_completions=False,
         dataloader_num_workers=0,
+        max_tool_calling_iterations=hp.max_turns,
         **spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path)),
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import sys
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +15,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import add_fused_lm_head, pad
 
+from workers.training.agents import AgentSession
 from workers.training.reproducible_sampling import KeyedGumbelSampling, sampling_warpers
 from workers.training.stop_sequences import stop_length
 
@@ -28,6 +31,7 @@ class RecordingGRPOTrainer(GRPOTrainer):
         stop_sequences: Sequence[str] = (),
         mask_truncated_completions: bool = False,
         reproducible_sampling: bool = False,
+        agent_session: AgentSession | None = None,
         **kwargs: Any,
     ) -> None:
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
@@ -35,7 +39,12 @@ class RecordingGRPOTrainer(GRPOTrainer):
             # Refused before TRL starts vLLM: an error after it would leave an engine (or a
             # server's weight-sync channel) that no one shuts down.
             raise ValueError("reproducible_sampling needs transformers generation, not vLLM")
+        if agent_session is not None:
+            kwargs["tools"] = list(agent_session.tools)
+            kwargs["environment_factory"] = agent_session.environment_factory
         super().__init__(*args, **kwargs)
+        # The job's tools and environments: stand-ins whose calls run in the job's sandbox.
+        self.agent_session = agent_session
         # Each completion's sampling noise keyed by (seed, step, its index in the step's global
         # batch): the same completions on 1 or N ranks (workers.training.reproducible_sampling).
         self.reproducible_sampling = reproducible_sampling
@@ -138,6 +147,55 @@ class RecordingGRPOTrainer(GRPOTrainer):
             end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
             completion_ids.append(row if end is None else row[: end + 1])
         return completion_ids, None
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        output = super()._generate(prompts)
+        if self.agent_session is not None:
+            _, completion_ids, tool_mask, completions, *_ = output
+            self.agent_session.end_generation(
+                completions, completion_ids, tool_mask, self.max_completion_length or sys.maxsize
+            )
+        return output
+
+    def _tool_call_loop(
+        self, prompts: Any, prompt_ids: Any, completion_ids: Any, completions: Any, *args: Any
+    ) -> Any:
+        if self.agent_session is not None:
+            # TRL appends each round's messages to these lists: the session reads every call of
+            # a round from them and runs the round's calls at once.
+            self.agent_session.begin_tool_loop(completions, self._sync_tool_dicts)
+        return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args)
+
+    def use_agent_code(self) -> None:
+        """Expose the session's current tools and environments from the next generation on
+        (after a live config update). TRL reads them from these attributes at batch time; it
+        derives them once at init, so this redoes that derivation for our stand-ins."""
+        session = self.agent_session
+        if session is None:
+            return
+        standalone = list(session.tools)
+        self._standalone_tools = standalone
+        factory = session.environment_factory
+        if factory is None:
+            self.environment_factories = None
+            self.tools = standalone
+            return
+        self._multi_environment = isinstance(factory, dict)
+        factories: dict[Any, Any] = factory if isinstance(factory, dict) else {None: factory}
+        self.environment_factories = factories
+        self._env_tools = {}
+        self._environment_pool = {}
+        self.tools = list(standalone)
+        for name, make in factories.items():
+            instance = make()
+            methods = [
+                getattr(instance, member)
+                for member, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+                if member not in ("reset", "get_reward") and not member.startswith("_")
+            ]
+            self._env_tools[name] = standalone + methods
+            self._environment_pool[name] = [instance]
+            self.tools += methods
 
     def _decode(self, token_ids: Sequence[int]) -> str:
         # As TRL decodes completions for the reward functions.

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
+    from sandbox.agent_api import AgentSandbox
     from sandbox.process import ProcessSandbox
     from workers.job_sandbox import JobSandbox
     from workers.training.ranks import RankGroup
@@ -158,6 +159,26 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
             started.close()
 
 
+def _open_agent_sandbox(job: RankJob) -> AgentSandbox | None:
+    """Where an agent job's tools and environments run: a sandbox of its own beside the reward
+    sandbox, under the same rules (network only if the job allows it, the job's secrets, its
+    packages, the same limits). None for a job without tools or environments."""
+    config = job.spec.reward_config
+    if not (config.tools or config.environments):
+        return None
+    from sandbox.agent_api import AgentLimits
+    from sandbox.agent_host import create_agent_sandbox
+    from service.settings import get_settings, sandbox_settings
+
+    settings = sandbox_settings(
+        get_settings(), allow_network=job.allow_network, secrets=config.secrets
+    )
+    if job.packages_path is not None:
+        settings.extra_python_paths = [job.packages_path]
+    limits = AgentLimits(tool_timeout_s=job.spec.hyperparameters.tool_timeout_s)
+    return create_agent_sandbox(settings, limits)
+
+
 def _start_sandbox_ahead() -> ProcessSandbox | None:
     """A spare's sandbox for the common job (no network, no secrets, no runtime packages),
     started while no job waits: a sandbox start (the bubblewrap probe, once per process, then
@@ -197,8 +218,13 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         ahead, sandbox_ahead = sandbox_ahead, None
         sandbox = _open_sandbox(job, ahead)
         observer = RankObserver(worker, sandbox)
-        with tracker_environment(job.report_to, job.spec.reward_config.secrets):
-            outcome = run_grpo(job.spec, sandbox, observer)
+        agent_sandbox = _open_agent_sandbox(job)
+        try:
+            with tracker_environment(job.report_to, job.spec.reward_config.secrets):
+                outcome = run_grpo(job.spec, sandbox, observer, agent_sandbox)
+        finally:
+            if agent_sandbox is not None:
+                agent_sandbox.close()
         if worker is not None:
             worker.send(("finished", (outcome,)))
             worker.recv()

@@ -112,6 +112,11 @@ def merge_generations(
         dataset_indices=[i for g, _ in parts for i in g.dataset_indices],
         totals=[t for g, _ in parts for t in g.totals],
         results=results,
+        trajectories=(
+            [t for g, _ in parts for t in g.trajectories or []]
+            if first.trajectories is not None
+            else None
+        ),
     )
     return merged_generation, advantages
 

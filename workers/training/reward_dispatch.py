@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from sandbox.api import FunctionResult, RewardSandbox, ScoringBatch
+from workers.training.agents import AgentSession, final_answer
 from workers.training.step_records import RewardConfig
 
 REWARD_FUNCTION_NAME = "rft_reward"
@@ -35,6 +36,8 @@ class ScoredGeneration:
     dataset_indices: list[int]
     results: dict[str, FunctionResult]
     totals: list[float | None]
+    # Agent jobs: each rollout turn by turn (workers.training.agents.build_trajectory).
+    trajectories: list[list[dict[str, Any]]] | None = None
 
 
 def completion_text(completion: Any) -> str:
@@ -85,9 +88,12 @@ class RewardDispatcher:
         sandbox: RewardSandbox,
         config: RewardConfig,
         rows: Sequence[dict[str, Any]],
+        agents: AgentSession | None = None,
     ) -> None:
         self._sandbox = sandbox
         self.config = config
+        # Agent jobs: the tools and environments, whose get_reward scores beside the functions.
+        self.agents = agents
         # The dataset's rows as uploaded. With them, each sample's `example` is its own row,
         # found by the index column: an Arrow dataset would give every row the first row's
         # columns, pad dicts with None keys and refuse a column of mixed types.
@@ -95,8 +101,20 @@ class RewardDispatcher:
         self.last_generation: ScoredGeneration | None = None
 
     def apply_config(self, config: RewardConfig) -> None:
-        """Score the next batches with ``config``; RewardCodeError if its functions cannot load."""
-        self._sandbox.load(config.functions)
+        """Score the next batches with ``config``; RewardCodeError if its functions cannot load,
+        AgentCodeError if its tools or environments cannot (the config in force then stays)."""
+        agents = self.agents
+        agent_code_changes = agents is not None and (
+            config.tools != self.config.tools or config.environments != self.config.environments
+        )
+        if agents is not None and agent_code_changes:
+            agents.load(config.tools, config.environments)
+        try:
+            self._sandbox.load(config.functions)
+        except BaseException:
+            if agents is not None and agent_code_changes:
+                agents.load(self.config.tools, self.config.environments)
+            raise
         self.config = config
 
     @property
@@ -104,7 +122,19 @@ class RewardDispatcher:
         return self._sandbox
 
     def load_initial(self) -> None:
+        if self.agents is not None:
+            self.agents.load(self.config.tools, self.config.environments)
         self._sandbox.load(self.config.functions)
+
+    def reward_sources(self) -> list[tuple[str, float, int]]:
+        """(name, weight, version) of everything that scores: the reward functions, then the
+        environments whose get_reward owns (part of) the reward."""
+        sources = [(spec.name, spec.weight, spec.version) for spec in self.config.functions]
+        if self.agents is not None:
+            sources += [
+                (spec.name, spec.weight, spec.version) for spec in self.agents.rewarded_environments
+            ]
+        return sources
 
     def __call__(
         self,
@@ -118,16 +148,31 @@ class RewardDispatcher:
         if DATASET_INDEX_COLUMN not in kwargs:
             raise ValueError(f"the training dataset has no {DATASET_INDEX_COLUMN} column")
         dataset_indices: list[int] = [int(index) for index in kwargs[DATASET_INDEX_COLUMN]]
-        texts = [completion_text(c) for c in completions]
+        trajectories = self.agents.last_trajectories if self.agents is not None else None
+        if trajectories is not None and len(trajectories) == len(completions):
+            # A rollout is scored on its final answer; the whole conversation is its record.
+            texts = [final_answer(trajectory) for trajectory in trajectories]
+        else:
+            trajectories = None
+            texts = [completion_text(c) for c in completions]
         examples = [self._rows[index] for index in dataset_indices]  # read-only: serialised
         # The step being generated: TRL's global_step counts finished optimizer steps.
         step = trainer_state.global_step + 1 if trainer_state is not None else 0
         results = self._sandbox.score(
-            ScoringBatch(prompts=list(prompts), completions=texts, examples=examples, step=step)
+            ScoringBatch(
+                prompts=list(prompts),
+                completions=texts,
+                examples=examples,
+                step=step,
+                trajectories=trajectories,
+            )
         )
+        if self.agents is not None:
+            results.update(self.agents.environment_rewards(kwargs.get("environments"), len(texts)))
 
-        names = [spec.name for spec in config.functions]
-        weights = [spec.weight for spec in config.functions]
+        sources = self.reward_sources()
+        names = [name for name, _, _ in sources]
+        weights = [weight for _, weight, _ in sources]
         totals = trl_weighted_totals(
             [[function_score(results, name, i) for name in names] for i in range(len(texts))],
             weights,
@@ -136,13 +181,14 @@ class RewardDispatcher:
             step=step,
             config_version=config.version,
             weights=dict(zip(names, weights, strict=True)),
-            versions={spec.name: spec.version for spec in config.functions},
+            versions={name: version for name, _, version in sources},
             prompts=list(prompts),
             completions=texts,
             token_counts=[len(ids) for ids in completion_ids],
             dataset_indices=dataset_indices,
             results=results,
             totals=totals,
+            trajectories=trajectories,
         )
         return totals
 

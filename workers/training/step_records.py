@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.agent_api import EnvironmentSpec, ToolSpec
 from sandbox.api import FunctionResult, RewardFunctionSpec
 
 
@@ -20,6 +21,9 @@ class CompletionRecord:
     total: float | None  # weighted sum of the scores that exist; None when none exist
     advantage: float | None
     token_count: int
+    # Agent jobs: the whole rollout, turn by turn (assistant turns, tool calls with their
+    # arguments, results, errors and durations); None for single-answer jobs.
+    trajectory: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -65,6 +69,9 @@ class StepRecord:
     # The validation run after this step, when one was due: it travels (and is stored) with
     # the step's record.
     evaluation: EvalRecord | None = None
+    # Agent jobs: tool calls per rollout, turns per rollout, truncated share and, per tool,
+    # calls, errors (by kind), error rate and mean duration; None for single-answer jobs.
+    agent_metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,3 +85,6 @@ class RewardConfig:
     # The job's secrets as of this version (a config update may rotate them): a rank's
     # sandbox restarts with them when it loads this version's functions. Never printed.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    # Agent jobs: the tools and environments the model may use from this version on.
+    tools: list[ToolSpec] = field(default_factory=list)
+    environments: list[EnvironmentSpec] = field(default_factory=list)

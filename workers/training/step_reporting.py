@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from sandbox.agent_api import AgentCodeError
 from sandbox.api import RewardCodeError
+from workers.training.agents import agent_metrics
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
 from workers.training.ranks import RankGroup, merge_generations
@@ -80,13 +82,14 @@ class StepReporter(TrainerCallback):
         problem: str | None = None
         try:
             self._dispatcher.apply_config(update)
-        except RewardCodeError as exc:
+        except (RewardCodeError, AgentCodeError) as exc:
             problem = str(exc)
         if self._ranks.world_size > 1:
             # Every rank loads the version in its own sandbox; if one cannot, none uses it.
             problem = next((p for p in self._ranks.gather(problem) if p is not None), None)
             if problem is not None and self._dispatcher.config is not in_force:
                 self._dispatcher.apply_config(in_force)
+                self._trainer.use_agent_code()
         if problem is not None:
             # The API validated this code, but this worker cannot load it (e.g. a package the
             # API has): hours of training are worth more than the update. Keep the config in
@@ -94,6 +97,8 @@ class StepReporter(TrainerCallback):
             self._rejected_versions.add(update.version)
             self._observer.on_config_rejected(update.version, problem)
             return
+        if update.tools != in_force.tools or update.environments != in_force.environments:
+            self._trainer.use_agent_code()
         self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
 
     def on_log(
@@ -177,6 +182,7 @@ class StepReporter(TrainerCallback):
                 total=generation.totals[i],
                 advantage=advantages[i],
                 token_count=generation.token_counts[i],
+                trajectory=generation.trajectories[i] if generation.trajectories else None,
             )
             for i in range(len(generation.completions))
         ]
@@ -213,6 +219,11 @@ class StepReporter(TrainerCallback):
             completions=completions,
             function_results=generation.results,
             extra_metrics=extra,
+            agent_metrics=(
+                agent_metrics(generation.trajectories)
+                if generation.trajectories is not None
+                else None
+            ),
         )
 
 

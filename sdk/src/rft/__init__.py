@@ -2,9 +2,24 @@
 
 __version__ = "0.1.0"
 
+from rft.agents import (
+    AgentStepMetrics,
+    AssistantMessage,
+    Environment,
+    EnvironmentConfig,
+    OtherMessage,
+    Tool,
+    ToolCall,
+    ToolConfig,
+    ToolError,
+    ToolMessage,
+    ToolStepMetrics,
+    TrajectoryMessage,
+)
 from rft.chat import ChatCompletion, ChatCompletionChunk, TextCompletion, TextCompletionChunk
 from rft.client import AsyncClient, Client  # after __version__: transport reads it
 from rft.errors import (
+    AgentSourceError,
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
@@ -56,6 +71,9 @@ __all__ = [
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AgentSourceError",
+    "AgentStepMetrics",
+    "AssistantMessage",
     "AsyncClient",
     "AuthenticationError",
     "BadRequestError",
@@ -70,6 +88,8 @@ __all__ = [
     "Dataset",
     "DatasetDetail",
     "DryRunResult",
+    "Environment",
+    "EnvironmentConfig",
     "Evaluation",
     "FunctionStepMetrics",
     "FunctionTestResult",
@@ -80,6 +100,7 @@ __all__ = [
     "JobEvent",
     "JobStatus",
     "NotFoundError",
+    "OtherMessage",
     "Page",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -100,6 +121,13 @@ __all__ = [
     "Step",
     "TextCompletion",
     "TextCompletionChunk",
+    "Tool",
+    "ToolCall",
+    "ToolConfig",
+    "ToolError",
+    "ToolMessage",
+    "ToolStepMetrics",
+    "TrajectoryMessage",
     "UnprocessableEntityError",
     "__version__",
     "function_source",

@@ -15,6 +15,11 @@ class RewardFunctionSourceError(RFTError, ValueError):
     """A Python callable cannot be turned into source the server can run."""
 
 
+class AgentSourceError(RFTError, ValueError):
+    """A tool or environment cannot be turned into source the server can run (a lambda, a
+    closure, a file without the named function or class, two tools of one name)."""
+
+
 class APIConnectionError(RFTError):
     """The server could not be reached, or the connection broke before a response arrived."""
 

@@ -16,6 +16,12 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
+from rft.agents import (
+    AgentStepMetrics,
+    EnvironmentMap,
+    ToolMap,
+    TrajectoryMessage,
+)
 from rft.reward_source import function_reference, module_functions, module_text, to_source
 
 Item = TypeVar("Item")
@@ -169,6 +175,20 @@ class Hyperparameters(BaseModel):
     keep_best: int | None = Field(
         None, description="How many checkpoints with the best validation reward are marked."
     )
+    max_turns: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Agent jobs: most tool-calling rounds in one rollout; one that reaches it "
+        "ends there, marked truncated.",
+    )
+    tool_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=600,
+        description="Agent jobs: wall limit of one tool call (and of an environment's reset or "
+        "get_reward), in seconds; a call past it returns an error to the model.",
+    )
 
 
 class Job(BaseModel):
@@ -225,6 +245,8 @@ class Step(BaseModel):
     # Share of the step's groups whose completions all got the same reward (no signal).
     frac_reward_zero_std: float | None = None
     reward_functions: dict[str, FunctionStepMetrics]
+    # Agent jobs: tool calls, turns and tool errors of the step's rollouts; None otherwise.
+    agent_metrics: AgentStepMetrics | None = None
     created_at: datetime
 
 
@@ -240,6 +262,8 @@ class Evaluation(BaseModel):
     samples: int
     duration_s: float
     reward_functions: dict[str, FunctionStepMetrics]
+    # Agent jobs: as a step's, over the validation rollouts.
+    agent_metrics: AgentStepMetrics | None = None
     created_at: datetime
 
 
@@ -256,6 +280,17 @@ class Completion(BaseModel):
     total: float | None
     advantage: float | None
     token_count: int
+    # Agent jobs: the rollout turn by turn (assistant turns, tool results); None for jobs
+    # that sample one answer per prompt.
+    trajectory: list[TrajectoryMessage] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the rollout was cut off (max_turns or the token budget) before its end."""
+        # Marked on the last message, whichever its role (a tool's answer may end the rollout).
+        if not self.trajectory:
+            return False
+        return bool(getattr(self.trajectory[-1], "truncated", False))
 
 
 class JobEvent(BaseModel):
@@ -438,6 +473,11 @@ class JobConfig(BaseModel):
     job_id: str | None = None
     version: int | None = None
     reward_functions: RewardFunctionMap = Field(default_factory=RewardFunctionMap)
+    # Agent jobs: tools and environments by name. ``config.tools["search"] = search`` (a
+    # function, rft.Tool or source string) and ``config.environments["calc"] =
+    # rft.Environment.from_file(...)`` are converted on the way in.
+    tools: ToolMap = Field(default_factory=ToolMap)
+    environments: EnvironmentMap = Field(default_factory=EnvironmentMap)
     temperature: float | None = None
     top_p: float | None = None
     allow_network: bool | None = None
@@ -453,6 +493,12 @@ class JobConfig(BaseModel):
 
     def to_update_request(self) -> dict[str, Any]:
         body: dict[str, Any] = {"reward_functions": self.reward_functions.to_request()}
+        # Sent when read from the server (which names them, even empty) or set by the caller:
+        # a config without them (an older server, a job without tools) leaves them alone.
+        if self.tools or "tools" in self.model_fields_set:
+            body["tools"] = self.tools.to_request()
+        if self.environments or "environments" in self.model_fields_set:
+            body["environments"] = self.environments.to_request()
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.top_p is not None:
@@ -470,6 +516,14 @@ class ConfigUpdate(BaseModel):
     changed_functions: list[str] = Field(default_factory=list)
     added_functions: list[str] = Field(default_factory=list)
     removed_functions: list[str] = Field(default_factory=list)
+    changed_tools: list[str] = Field(default_factory=list)
+    added_tools: list[str] = Field(default_factory=list)
+    removed_tools: list[str] = Field(default_factory=list)
+    changed_environments: list[str] = Field(
+        default_factory=list, description="Source or class_name changed (not a weight alone)."
+    )
+    added_environments: list[str] = Field(default_factory=list)
+    removed_environments: list[str] = Field(default_factory=list)
     config: JobConfig
 
 

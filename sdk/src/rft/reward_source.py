@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rft.errors import RewardFunctionSourceError
+from rft.errors import RewardFunctionSourceError, RFTError
 
 _HOW_TO_FIX = "define it with `def` at module level in a file, or pass its source as a string"
 
@@ -41,42 +41,51 @@ def _without_decorators(source: str, function_name: str) -> str:
     """Drop decorator lines: the decorators themselves would not exist on the server."""
     tree = ast.parse(source)
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == function_name:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function_name:
             if node.decorator_list:
                 return "\n".join(source.splitlines()[node.lineno - 1 :]) + "\n"
             break
     return source
 
 
-def function_source(function: Callable[..., Any], *, name: str | None = None) -> str:
-    """The source of a plain top-level-style function, or RewardFunctionSourceError."""
-    label = f"reward function {name or getattr(function, '__name__', '')!r}"
+def function_source(
+    function: Callable[..., Any],
+    *,
+    name: str | None = None,
+    what: str = "reward function",
+    error: type[RFTError] = RewardFunctionSourceError,
+    how_to_fix: str = _HOW_TO_FIX,
+) -> str:
+    """The source of a plain top-level-style function, or ``error`` (RewardFunctionSourceError).
+
+    ``what`` names the function's role in the messages ("reward function", "tool"), and
+    ``how_to_fix`` says what to do instead: tools reuse these checks with their own words.
+    """
+    label = f"{what} {name or getattr(function, '__name__', '')!r}"
     if inspect.ismethod(function):
-        raise RewardFunctionSourceError(
+        raise error(
             f"{label} is a bound method ({function.__qualname__}); it would need its instance "
-            f"on the server: {_HOW_TO_FIX}"
+            f"on the server: {how_to_fix}"
         )
     if inspect.isbuiltin(function) or not inspect.isfunction(function):
-        raise RewardFunctionSourceError(
+        raise error(
             f"{label} is a {type(function).__name__}, not a Python function with source: "
-            f"{_HOW_TO_FIX}"
+            f"{how_to_fix}"
         )
     if function.__name__ == "<lambda>":
-        raise RewardFunctionSourceError(
-            f"{label} is a lambda, which has no name to call: {_HOW_TO_FIX}"
-        )
+        raise error(f"{label} is a lambda, which has no name to call: {how_to_fix}")
     if function.__closure__ or function.__code__.co_freevars:
         captured = ", ".join(function.__code__.co_freevars)
-        raise RewardFunctionSourceError(
+        raise error(
             f"{label} is a closure over {captured}; those values do not "
-            f"travel with the source: {_HOW_TO_FIX}, passing values as constants"
+            f"travel with the source: {how_to_fix}, passing values as constants"
         )
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
-        raise RewardFunctionSourceError(
+        raise error(
             f"the source of {label} is not available, as happens for "
-            f"functions typed into an interactive interpreter: {_HOW_TO_FIX}"
+            f"functions typed into an interactive interpreter: {how_to_fix}"
         ) from None
     source = _without_decorators(source, function.__name__)
     missing = sorted(
@@ -87,7 +96,7 @@ def function_source(function: Callable[..., Any], *, name: str | None = None) ->
         }
     )
     if missing:
-        raise RewardFunctionSourceError(
+        raise error(
             f"{label} uses module-level names {', '.join(missing)}, which "
             f"will not exist on the server: import or define them inside the function body"
         )

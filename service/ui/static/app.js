@@ -775,6 +775,9 @@ class ChartsPanel {
       ["Seconds per step", last ? formatNumber(last.duration_s, 2) : "–"],
       ...(lastEval ? [[`Validation reward (step ${lastEval.step})`,
         formatNumber(lastEval.reward_mean)]] : []),
+      ...(last && last.agent_metrics ? [
+        ["Tool calls per rollout", formatNumber(last.agent_metrics.tool_calls_per_rollout, 2)],
+        ["Rollouts cut off", `${Math.round(last.agent_metrics.truncated_share * 100)} %`]] : []),
     ];
     setChildren(this.tiles, ...tiles.map(([label, value]) =>
       el("div", { class: "tile" }, el("div", { class: "tile-value" }, value),
@@ -826,7 +829,8 @@ class ChartsPanel {
         fixedRange: [0, 1], smoothing,
         series: [...errorsByName].map(([name, points]) => ({ label: name, points,
           color: colorOf(`errors:${name}`) })),
-      }));
+      }),
+      ...agentCharts(steps, markers, smoothing, colorOf));
 
     // An open list of checkpoints stays open across redraws.
     const open = new Set([...this.feed.querySelectorAll("details[open]")]
@@ -842,6 +846,38 @@ class ChartsPanel {
   }
 }
 
+// Agent jobs (steps with agent_metrics): how much the rollouts use their tools, and how often
+// each tool fails. Jobs without tools draw neither.
+function agentCharts(steps, markers, smoothing, colorOf) {
+  const agentSteps = steps.filter((s) => s.agent_metrics);
+  if (!agentSteps.length) return [];
+  const errorsByTool = new Map();
+  for (const step of agentSteps) {
+    for (const [name, metrics] of Object.entries(step.agent_metrics.tools || {})) {
+      if (!errorsByTool.has(name)) errorsByTool.set(name, []);
+      errorsByTool.get(name).push({ x: step.step, y: metrics.error_rate });
+    }
+  }
+  return [
+    lineChart({
+      id: "agent-turns", title: "Tool calls and turns per rollout", yLabel: "per rollout",
+      markers, smoothing,
+      series: [
+        { label: "tool calls", color: colorOf("agent:calls"),
+          points: agentSteps.map((s) => ({ x: s.step, y: s.agent_metrics.tool_calls_per_rollout })) },
+        { label: "turns", color: colorOf("agent:turns"),
+          points: agentSteps.map((s) => ({ x: s.step, y: s.agent_metrics.turns_per_rollout })) },
+      ],
+    }),
+    lineChart({
+      id: "tool-errors", title: "Tool error rate (per tool)", yLabel: "errors", markers,
+      fixedRange: [0, 1], smoothing,
+      series: [...errorsByTool].sort(([a], [b]) => a.localeCompare(b))
+        .map(([name, points]) => ({ label: name, points, color: colorOf(`tool-errors:${name}`) })),
+    }),
+  ];
+}
+
 function colorAssigner() {
   const assigned = new Map();
   return (key) => {
@@ -851,6 +887,97 @@ function colorAssigner() {
 }
 
 // ---------------------------------------------------------------- completions explorer
+
+// An agent's rollout (completion.trajectory): assistant turns in order, each tool call folded
+// with the result (or error) that answered it. The k-th tool message after an assistant turn
+// answers its first not yet answered call of that name.
+function toolCallText(call) {
+  // Arguments that are no JSON object (the model wrote bad JSON) are shown as written.
+  const args = call.arguments && typeof call.arguments === "object"
+    ? Object.entries(call.arguments).map(([name, value]) => `${name}=${JSON.stringify(value)}`).join(", ")
+    : (call.arguments ?? "");
+  return `${call.name}(${args})`;
+}
+
+function toolResultBody(message) {
+  if (message.error) {
+    // The kind is on the call's summary already; here the message says what went wrong.
+    return el("div", { class: "tool-result error" }, message.error.message);
+  }
+  return el("pre", { class: "text tool-result" }, message.content);
+}
+
+function toolCallNode(call) {
+  const summary = el("summary", null, el("span", { class: "mono" }, `→ ${toolCallText(call)}`));
+  const node = el("details", { class: "tool-call", "data-tool": call.name }, summary,
+    el("div", { class: "muted small pending" }, "no result recorded"));
+  node.answer = (message) => {
+    const pending = node.querySelector(".pending");
+    if (pending) pending.remove();
+    node.append(toolResultBody(message));
+    if (message.duration_s !== null && message.duration_s !== undefined) {
+      summary.append(el("span", { class: "muted small duration" }, ` ${formatNumber(message.duration_s, 2)} s`));
+    }
+    if (message.error) {
+      node.classList.add("error");
+      node.dataset.errorKind = message.error.kind;
+      summary.append(el("span", { class: "kind kind-error" }, `✕ ${message.error.kind}`));
+    }
+  };
+  return node;
+}
+
+function trajectoryView(trajectory) {
+  const turns = [];
+  let unanswered = [];
+  const cutOff = () => el("div", { class: "turn truncated", "data-truncated": "" },
+    "Cut off here (max turns or the token budget).");
+  for (const message of trajectory) {
+    if (message.role === "assistant") {
+      const calls = (message.tool_calls || []).map((call) => ({ call, node: toolCallNode(call) }));
+      unanswered = calls;
+      turns.push(el("div", { class: "turn assistant", "data-role": "assistant" },
+        el("div", { class: "turn-role" }, "assistant"),
+        message.content ? el("pre", { class: "text" }, message.content) : null,
+        calls.map(({ node }) => node)));
+    } else if (message.role === "tool") {
+      const index = unanswered.findIndex(({ call }) => call.name === message.name);
+      if (index >= 0) {
+        unanswered.splice(index, 1)[0].node.answer(message);
+      } else {
+        // A result without its call (the call was cut from the record): shown on its own.
+        const node = toolCallNode({ name: message.name, arguments: {} });
+        node.answer(message);
+        turns.push(el("div", { class: "turn tool", "data-role": "tool" }, node));
+      }
+    } else {
+      turns.push(el("div", { class: "turn", "data-role": message.role },
+        el("div", { class: "turn-role" }, message.role),
+        el("pre", { class: "text" }, typeof message.content === "string"
+          ? message.content : JSON.stringify(message.content))));
+    }
+    // The worker marks the rollout's last message, whichever its role.
+    if (message.truncated) turns.push(cutOff());
+  }
+  return el("div", { class: "trajectory" }, turns);
+}
+
+function trajectorySummary(trajectory) {
+  const turns = trajectory.filter((m) => m.role === "assistant").length;
+  const calls = trajectory.reduce((sum, m) => sum + ((m.tool_calls || []).length), 0);
+  const errors = trajectory.filter((m) => m.role === "tool" && m.error).length;
+  const last = trajectory[trajectory.length - 1];
+  return `${turns} turn${turns === 1 ? "" : "s"} · ${calls} tool call${calls === 1 ? "" : "s"}` +
+    (errors ? ` · ${errors} error${errors === 1 ? "" : "s"}` : "") +
+    (last && last.truncated ? " · cut off" : "");
+}
+
+// In a table cell the conversation is folded behind its summary; errors show on the summary.
+function trajectoryFold(trajectory) {
+  const errors = trajectory.some((m) => m.role === "tool" && m.error);
+  return el("details", { class: `trajectory-fold${errors ? " has-errors" : ""}`, "data-trajectory": "" },
+    el("summary", null, trajectorySummary(trajectory)), trajectoryView(trajectory));
+}
 
 const MANY_SCORES = 4;
 
@@ -1006,7 +1133,8 @@ class CompletionsPanel {
       };
       return el("tr", { "data-completion-id": c.id },
         el("td", { class: "mono small" }, c.group_position),
-        el("td", { class: "completion-cell" }, el("pre", { class: "text clip" }, c.completion)),
+        el("td", { class: "completion-cell" }, el("pre", { class: "text clip" }, c.completion),
+          c.trajectory ? trajectoryFold(c.trajectory) : null),
         names.map((name) => el("td", { class: "num score", "data-score": name,
           title: `${name}: ${c.scores[name] ?? "no score"}` }, formatNumber(c.scores[name], digits))),
         el("td", { class: "num strong" }, formatNumber(c.total, digits)),
@@ -1052,6 +1180,8 @@ class CompletionsPanel {
         el("div", { class: "muted small" }, `completion ${c.id} · config v${c.config_version} · ${c.token_count} tokens`),
         el("pre", { class: "text prompt" }, promptText(c.prompt)),
         el("pre", { class: "text completion" }, c.completion),
+        c.trajectory ? el("div", { class: "muted small" }, trajectorySummary(c.trajectory)) : null,
+        c.trajectory ? trajectoryView(c.trajectory) : null,
         el("table", { class: "table compact" }, el("tbody", null,
           Object.keys(c.scores).sort().map((name) =>
             el("tr", null, el("th", null, name), valueCell(c.scores[name], { "data-score": name }))),

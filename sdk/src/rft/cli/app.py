@@ -15,7 +15,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
-from rft.cli.summaries import dry_run_summary, prompt_as_text
+from rft.cli.summaries import dry_run_summary, prompt_as_text, trajectory_lines
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
@@ -380,9 +380,16 @@ def _completion_table(title: str, completions: list[Completion]) -> Table:
             "-" if completion.total is None else f"{completion.total:.3f}",
             *("-" if score is None else f"{score:.3f}" for score in scores),
             plain(prompt_as_text(completion.prompt, max_chars=PROMPT_CHARS_SHOWN)),
-            plain(completion.completion),
+            plain(_completion_text(completion)),
         )
     return table
+
+
+def _completion_text(completion: Completion) -> str:
+    # An agent's rollout reads turn by turn; a single answer as it was sampled.
+    if completion.trajectory:
+        return "\n".join(trajectory_lines(completion.trajectory))
+    return completion.completion
 
 
 @completions_app.command("show")
@@ -393,7 +400,11 @@ def show_completions(
     step: Annotated[int, typer.Option(help="The step whose completions to show.")],
     count: Annotated[int, typer.Option(help="How many best and worst.")] = 3,
 ) -> None:
-    """The best and worst completions of a step, by total reward."""
+    """The best and worst completions of a step, by total reward.
+
+    An agent job's completions show their trajectory turn by turn: assistant text,
+    ``-> tool(args)`` for each call, ``<- result`` or ``!! tool kind: message`` for each
+    answer."""
     completions = list(client_for(context).jobs.completions(job_id, step=step, limit=1000))
     if not completions:
         error_console.print(f"no completions recorded for step {step}")

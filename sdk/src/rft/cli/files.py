@@ -4,6 +4,10 @@ Reward function sources may be inline (``source``) or in a file next to the YAML
 (``source_file``), so a job spec can live in a repository beside its reward code. A whole
 reward file serves several functions: ``function`` names the def to run in it (the server keeps
 what that def uses), or a job spec's ``reward_module: {source_file, functions}`` names them.
+
+Agent jobs name their tools and environments the same way, by file: ``tools: [{file, name}]``
+(the function ``name`` of that file) and ``environment: {file, class_name, weight}`` (or
+``environments: {name: {file, class_name, weight}}``); ``source`` gives the code inline.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from rft.agents import Environment, Tool
 from rft.errors import RFTError
 from rft.models import RUN_SETTINGS, JobConfig, RewardModule
 
@@ -53,6 +58,51 @@ def _reward_module(raw: Any, base_dir: Path, where: str) -> RewardModule:
     return RewardModule.from_source(str(raw["source"]), functions)
 
 
+def _code_file(spec: dict[str, Any], base_dir: Path) -> Path | None:
+    """The file a tool or environment names (``file``, or ``source_file`` as rewards say)."""
+    named = spec.get("file", spec.get("source_file"))
+    return None if named is None else base_dir / str(named)
+
+
+def _tools(raw: Any, base_dir: Path, where: str) -> list[Tool]:
+    if not isinstance(raw, list) or not all(isinstance(spec, dict) for spec in raw):
+        raise RFTError(f"{where}: tools must be a list of {{file, name}}")
+    tools: list[Tool] = []
+    for spec in raw:
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise RFTError(f"{where}: each tool needs name (the function to call)")
+        file = _code_file(spec, base_dir)
+        if file is not None:
+            tools.append(Tool.from_file(file, name))
+        elif "source" in spec:
+            tools.append(Tool(name=name, source=str(spec["source"])))
+        else:
+            raise RFTError(f"{where}: tool {name!r} needs file or source")
+    return tools
+
+
+def _environment(raw: Any, base_dir: Path, where: str) -> Environment:
+    if not isinstance(raw, dict) or not isinstance(raw.get("class_name"), str):
+        raise RFTError(f"{where}: an environment must be {{file, class_name, weight}}")
+    weight = float(raw.get("weight", 1.0))
+    file = _code_file(raw, base_dir)
+    if file is not None:
+        return Environment.from_file(file, raw["class_name"], weight=weight)
+    if "source" in raw:
+        return Environment(source=str(raw["source"]), class_name=raw["class_name"], weight=weight)
+    raise RFTError(f"{where}: environment {raw['class_name']!r} needs file or source")
+
+
+def _environments(raw: Any, base_dir: Path, where: str) -> dict[str, Environment]:
+    if not isinstance(raw, dict) or not raw:
+        raise RFTError(f"{where}: environments must map names to {{file, class_name, weight}}")
+    return {
+        str(name): _environment(spec, base_dir, f"{where}: environment {name!r}")
+        for name, spec in raw.items()
+    }
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     content = yaml.safe_load(path.read_text())
     if not isinstance(content, dict):
@@ -77,14 +127,21 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "num_devices",
         "num_nodes",
         "engine",
+        "tools",
+        "environment",
+        "environments",
     }
     unknown = set(spec) - known
     if unknown:
         raise RFTError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if bool(spec.get("dataset_id")) == bool(spec.get("dataset")):
         raise RFTError(f"{path}: give either dataset_id or dataset (a file to upload)")
-    if not spec.get("reward_functions") and not spec.get("reward_module"):
-        raise RFTError(f"{path}: give reward_functions, reward_module or both")
+    scored_by = ("reward_functions", "reward_module", "environment", "environments")
+    if not any(spec.get(key) for key in scored_by):
+        raise RFTError(
+            f"{path}: give reward_functions, reward_module or both (an agent job may instead "
+            "be scored by its environment's get_reward)"
+        )
     job: dict[str, Any] = {
         "reward_functions": (
             _reward_functions(spec["reward_functions"], path.parent, str(path))
@@ -107,6 +164,15 @@ def read_job_spec(path: Path) -> dict[str, Any]:
     for key in ("num_devices", "num_nodes", "engine"):
         if spec.get(key) is not None:
             job[key] = spec[key]
+    # Agent parts: only when named, so the request of a plain job is what it always was.
+    if spec.get("tools"):
+        job["tools"] = _tools(spec["tools"], path.parent, str(path))
+    if spec.get("environment") and spec.get("environments"):
+        raise RFTError(f"{path}: give environment (one) or environments (by name), not both")
+    if spec.get("environment"):
+        job["environment"] = _environment(spec["environment"], path.parent, str(path))
+    if spec.get("environments"):
+        job["environments"] = _environments(spec["environments"], path.parent, str(path))
     if spec.get("dataset_id"):
         job["dataset"] = str(spec["dataset_id"])
     else:
@@ -127,8 +193,32 @@ def _secrets_from_env(names: object, where: str) -> dict[str, str]:
 
 def read_config(path: Path) -> JobConfig:
     raw = load_yaml(path)
-    raw["reward_functions"] = _reward_functions(raw.get("reward_functions"), path.parent, str(path))
+    # An agent job may be scored by its environments' get_reward alone.
+    if raw.get("reward_functions") or not raw.get("environments"):
+        raw["reward_functions"] = _reward_functions(
+            raw.get("reward_functions"), path.parent, str(path)
+        )
+    if raw.get("tools") is not None:
+        raw["tools"] = _config_tools(raw["tools"], path.parent, str(path))
+    if raw.get("environments") is not None:
+        raw["environments"] = _environments(raw["environments"], path.parent, str(path))
     return JobConfig.model_validate(raw)
+
+
+def _config_tools(raw: Any, base_dir: Path, where: str) -> dict[str, Any]:
+    """A config's tools: ``{name: {source | file}}`` as ``config get`` writes them, or the
+    job file's list form."""
+    if isinstance(raw, list):
+        return {tool.name: tool for tool in _tools(raw, base_dir, where)}
+    if not isinstance(raw, dict):
+        raise RFTError(f"{where}: tools must map names to {{source | file}}")
+    tools: dict[str, Any] = {}
+    for name, spec in raw.items():
+        if isinstance(spec, dict):
+            tools[str(name)] = _tools([{"name": name, **spec}], base_dir, where)[0]
+        else:
+            tools[str(name)] = str(spec)  # inline source
+    return tools
 
 
 class _BlockStyleDumper(yaml.SafeDumper):
@@ -161,6 +251,18 @@ def config_to_yaml(config: JobConfig) -> str:
             for name, function in config.reward_functions.items()
         },
     }
+    # Agent jobs: their tools and environments travel too, so `config update` keeps them.
+    if config.tools:
+        content["tools"] = {name: {"source": tool.source} for name, tool in config.tools.items()}
+    if config.environments:
+        content["environments"] = {
+            name: {
+                "class_name": environment.class_name,
+                "weight": environment.weight,
+                "source": environment.source,
+            }
+            for name, environment in config.environments.items()
+        }
     if config.temperature is not None:
         content["temperature"] = config.temperature
     if config.top_p is not None:

@@ -12,7 +12,8 @@ from typing import Any, Literal, TypeAlias, overload
 
 import httpx
 
-from rft.errors import APIConnectionError, APIStatusError
+from rft.agents import Environment, ToolLike, environments_request, tools_request
+from rft.errors import AgentSourceError, APIConnectionError, APIStatusError
 from rft.models import (
     CheckpointList,
     Completion,
@@ -75,6 +76,9 @@ def _create_request(
     num_devices: int | None = None,
     num_nodes: int | None = None,
     engine: str | None = None,
+    tools: Sequence[ToolLike] | None = None,
+    environment: Environment | None = None,
+    environments: Mapping[str, Environment] | None = None,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
         # Only what the caller set: the server's defaults (and presets) stay the single
@@ -104,6 +108,15 @@ def _create_request(
         body["engine"] = engine
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
+    # Agent parts only when given: a job without them is the single-answer job it always was.
+    if tools:
+        body["tools"] = tools_request(tools)
+    if environment is not None and environments:
+        raise AgentSourceError("give environment (one) or environments (by name), not both")
+    if environment is not None:
+        body["environment"] = environment.to_request()
+    if environments:
+        body["environments"] = environments_request(environments)
     # Made once per call and reused by every retry, so a retried create cannot make two jobs.
     headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
     return RequestOptions("POST", "/v1/jobs", json=body, headers=headers)
@@ -279,6 +292,9 @@ class Jobs:
         num_devices: int | None = None,
         num_nodes: int | None = None,
         engine: str | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        environment: Environment | None = None,
+        environments: Mapping[str, Environment] | None = None,
     ) -> Job:
         """Start a GRPO job.
 
@@ -297,6 +313,15 @@ class Jobs:
         or 'fsdp' on GPU workers: README, "Several GPUs in one job"); ``num_nodes`` (default
         1) spreads the job over that many workers (machines), ``num_devices`` on each; None:
         the server's default.
+
+        Agent jobs: ``tools`` lists the functions the model may call during generation, each
+        a plain function (sent as its own source: it must be self-contained and defined with
+        ``def`` at module level; lambdas and closures are refused) or
+        ``rft.Tool.from_file(path, name)``. ``environment=rft.Environment.from_file(path,
+        class_name, weight=1.0)`` gives each rollout an instance of that class (its public
+        methods are tools, its ``get_reward()`` a reward); ``environments={name: ...}`` names
+        several (a dataset's ``environment`` column picks one per row). ``max_turns`` and
+        ``tool_timeout_s`` in ``hyperparameters`` bound a rollout and one tool call.
         """
         options = _create_request(
             dataset=dataset,
@@ -314,6 +339,9 @@ class Jobs:
             num_devices=num_devices,
             num_nodes=num_nodes,
             engine=engine,
+            tools=tools,
+            environment=environment,
+            environments=environments,
         )
         return Job.model_validate(self._transport.request(options).json())
 
@@ -485,7 +513,12 @@ class Jobs:
         check_version: bool = True,
         secrets: Mapping[str, str | None] | None = None,
     ) -> ConfigUpdate | DryRunResult:
-        """Change reward functions, weights or sampling of a running job.
+        """Change reward functions, weights, sampling, tools or environments of a running job.
+
+        Agent jobs: ``config.tools = {"search": search}`` (functions, ``rft.Tool`` or source)
+        and ``config.environments = {"calc": rft.Environment.from_file(...)}`` replace their
+        code from the next step; a config read by :meth:`get_config` sends back the ones it
+        holds, so a change to the rewards keeps them.
 
         With ``check_version`` (the default) a config read by :meth:`get_config` is sent with
         If-Match, so a change made by someone else in between raises PreconditionFailedError
@@ -629,7 +662,11 @@ class AsyncJobs:
         num_devices: int | None = None,
         num_nodes: int | None = None,
         engine: str | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        environment: Environment | None = None,
+        environments: Mapping[str, Environment] | None = None,
     ) -> Job:
+        """See :meth:`Jobs.create`."""
         options = _create_request(
             dataset=dataset,
             reward_functions=reward_functions,
@@ -646,6 +683,9 @@ class AsyncJobs:
             num_devices=num_devices,
             num_nodes=num_nodes,
             engine=engine,
+            tools=tools,
+            environment=environment,
+            environments=environments,
         )
         return Job.model_validate((await self._transport.request(options)).json())
 

@@ -1,0 +1,176 @@
+"""The built-in tool-calling model: TRL accepts it, it renders exactly like GRPO will, and its
+warm-up makes it call ``lookup`` sometimes, not always (so GRPO has something to improve)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl.chat_template_utils import (
+    add_response_schema,
+    is_chat_template_prefix_preserving,
+    parse_response,
+    supports_tool_calling,
+)
+
+from sandbox.api import RewardForm
+from sandbox.inspection import find_reward_entry_point
+from workers.training.model_building import directory_digest
+from workers.training.tiny_model import resolve_base_model
+from workers.training.tiny_tool_model import (
+    LOOKUP_REWARD_SOURCE,
+    LOOKUP_TABLE,
+    LOOKUP_TOOL_SOURCE,
+    TINY_TOOL_MODEL_NAME,
+    TranscriptRenderer,
+    answer_text,
+    ensure_tiny_tool_model,
+    lookup_dataset,
+    lookup_tool,
+    lookup_tool_schema,
+    tool_call_text,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # A cache of its own: the shared model cache is checked to hold rft-tiny alone.
+    started = time.perf_counter()
+    path = ensure_tiny_tool_model(tmp_path_factory.mktemp("tool-models"))
+    print(f"{TINY_TOOL_MODEL_NAME} built in {time.perf_counter() - started:.1f} s")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir: Path) -> Any:
+    return add_response_schema(AutoTokenizer.from_pretrained(model_dir))
+
+
+def test_builds_byte_identical_models(model_dir: Path, tmp_path: Path) -> None:
+    again = ensure_tiny_tool_model(tmp_path)
+    assert again != model_dir
+    assert directory_digest(again) == directory_digest(model_dir)
+    assert ensure_tiny_tool_model(model_dir.parent) == model_dir  # reused, not rebuilt
+    assert resolve_base_model(TINY_TOOL_MODEL_NAME, model_dir.parent) == str(model_dir)
+
+
+def test_trl_accepts_it_for_tool_calling(model_dir: Path, tokenizer: Any) -> None:
+    plain = AutoTokenizer.from_pretrained(model_dir)
+    assert supports_tool_calling(plain)
+    assert is_chat_template_prefix_preserving(plain)
+    assert tokenizer.eos_token == "<|im_end|>"
+    # The markers are whole tokens that decoding without special tokens keeps, as in Qwen2.5.
+    assert len(tokenizer.encode("<tool_call>", add_special_tokens=False)) == 1
+    assert "<tool_call>" in tokenizer.decode(
+        tokenizer.encode(tool_call_text("beta"), add_special_tokens=False),
+        skip_special_tokens=True,
+    )
+
+    renderer = TranscriptRenderer(tokenizer)
+    prompt = renderer.prompt_ids([{"role": "user", "content": "What is the value of beta?"}])
+    # The warm-up saw the schema transformers derives from the tool's signature and docstring.
+    assert json.dumps(lookup_tool_schema()) in tokenizer.decode(prompt)
+    call = tokenizer.encode(tool_call_text("beta"), add_special_tokens=False)
+    parsed = parse_response(tokenizer, call, prefix=prompt, tools=[lookup_tool()])
+    assert parsed["tool_calls"] == [
+        {"type": "function", "function": {"name": "lookup", "arguments": {"key": "beta"}}}
+    ]
+
+
+def test_warm_up_transcripts_render_like_the_chat_history(tokenizer: Any) -> None:
+    # GRPO concatenates prompt, generated ids and the template's tool suffix; the same
+    # conversation rendered as one chat history must give the same tokens.
+    row = {"prompt": [{"role": "user", "content": "Look up gamma."}], "key": "gamma"}
+    ids, mask = TranscriptRenderer(tokenizer).transcript(row, calls=True, guess="cat")
+    call = {"type": "function", "function": {"name": "lookup", "arguments": {"key": "gamma"}}}
+    history = [
+        *row["prompt"],
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "lookup", "content": "plum"},
+    ]
+    rendered = tokenizer.apply_chat_template(
+        history, tools=[lookup_tool()], add_generation_prompt=True, tokenize=False
+    )
+    text = rendered + answer_text("gamma", "plum")
+    assert ids == tokenizer.encode(text, add_special_tokens=False)
+    written = tokenizer.decode([t for t, learned in zip(ids, mask, strict=True) if learned])
+    assert written == tool_call_text("gamma") + answer_text("gamma", "plum")
+
+
+def test_calls_lookup_sometimes_and_then_answers_right(model_dir: Path, tokenizer: Any) -> None:
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir)
+    renderer = TranscriptRenderer(tokenizer)
+    reward = _reward_function()
+    torch.manual_seed(0)
+    calling_rewards, direct_rewards = [], []
+    for row in lookup_dataset(32, seed=1):
+        prompt = renderer.prompt_ids(row["prompt"])
+        first = _sample(model, prompt, max_new_tokens=40)
+        parsed = parse_response(tokenizer, first, prefix=prompt, tools=[renderer.tool])
+        calls = parsed.get("tool_calls") or []
+        right_call = [c["function"] for c in calls] == [
+            {"name": "lookup", "arguments": {"key": row["key"]}}
+        ]
+        if right_call:
+            context = prompt + first + renderer.tool_suffix_ids(renderer.tool(row["key"]))
+            final = tokenizer.decode(_sample(model, context, max_new_tokens=24))
+            calling_rewards.append(reward(row["prompt"], final, row))
+        else:
+            direct_rewards.append(reward(row["prompt"], parsed["content"], row))
+    call_rate = len(calling_rewards) / 32
+    print(
+        f"right lookup calls: {call_rate:.2f}; reward after a call: "
+        f"{sum(calling_rewards) / max(1, len(calling_rewards)):.2f}, without: "
+        f"{sum(direct_rewards) / max(1, len(direct_rewards)):.2f}"
+    )
+    # Sometimes, not always: GRPO can raise the call rate (measured 0.39 over 128 samples).
+    assert 0.15 <= call_rate <= 0.85
+    # Calling pays: the answer after the tool response names the value, a guess rarely does.
+    assert sum(calling_rewards) / len(calling_rewards) >= 0.8
+    assert sum(direct_rewards) / len(direct_rewards) <= 0.35
+
+
+def test_lookup_tool_and_reward_sources() -> None:
+    namespace: dict[str, Any] = {}
+    exec(LOOKUP_TOOL_SOURCE, namespace)  # self-contained: nothing but the source
+    assert namespace["lookup"]("gamma") == LOOKUP_TABLE["gamma"]
+    assert "no value" in namespace["lookup"]("nope")
+
+    entry = find_reward_entry_point("correct_value", LOOKUP_REWARD_SOURCE)
+    assert entry.form == RewardForm.SAMPLE
+    reward = _reward_function()
+    row = lookup_dataset(1, seed=3)[0]
+    assert row["answer"] == LOOKUP_TABLE[row["key"]]
+    assert row["prompt"][0]["role"] == "user" and row["key"] in row["prompt"][0]["content"]
+    good = answer_text(row["key"], row["answer"]).removesuffix("<|im_end|>")
+    assert reward(row["prompt"], good, row) == 1.0
+    assert reward(row["prompt"], [{"role": "assistant", "content": good}], row) == 1.0
+    assert reward(row["prompt"], "I do not know.", row) == 0.0
+    assert reward(row["prompt"], good.replace(row["answer"], row["answer"] + "s"), row) == 0.0
+    # A substring of another word never counts: no value hides in another value or a key.
+    words = set(LOOKUP_TABLE) | set(LOOKUP_TABLE.values())
+    assert not [(v, w) for v in LOOKUP_TABLE.values() for w in words if v != w and v in w]
+    assert lookup_dataset(8, seed=5) == lookup_dataset(8, seed=5)
+
+
+def _reward_function() -> Any:
+    namespace: dict[str, Any] = {}
+    exec(LOOKUP_REWARD_SOURCE, namespace)
+    return namespace["correct_value"]
+
+
+def _sample(model: Any, ids: list[int], *, max_new_tokens: int) -> list[int]:
+    output = model.generate(
+        torch.tensor([ids]),
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+    )
+    return list(output[0][len(ids) :].tolist())
