@@ -120,6 +120,7 @@ def record_evaluation(session: Session, job_id: str, evaluation: EvalRecord) -> 
             "samples": evaluation.samples,
             "duration_s": evaluation.duration_s,
             "reward_functions": functions,
+            "agent_metrics": evaluation.agent_metrics,
         },
     )
     mean = "none" if evaluation.reward_mean is None else f"{evaluation.reward_mean:.4f}"

@@ -115,6 +115,20 @@ def run_agent_job(
     return outcome, observer
 
 
+def calls_and_results(
+    trajectory: list[dict[str, Any]],
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each tool call with the tool message that answered it (they follow its turn in order)."""
+    pairs = []
+    pending: list[dict[str, Any]] = []
+    for message in trajectory:
+        if message["role"] == "assistant":
+            pending = list(message.get("tool_calls", []))
+        elif pending:
+            pairs.append((pending.pop(0), message))
+    return pairs
+
+
 def tool_messages(trajectory: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [message for message in trajectory if message["role"] == "tool"]
 
@@ -135,7 +149,16 @@ def lookup_run(
         functions=[RewardFunctionSpec("correct_value", LOOKUP_REWARD_SOURCE)],
         tools=[ToolSpec("lookup", LOOKUP_TOOL_SOURCE)],
     )
-    spec = agent_spec(tmp_path_factory.mktemp("lookup"), tool_model_cache, config, train_steps=16)
+    spec = agent_spec(
+        tmp_path_factory.mktemp("lookup"),
+        tool_model_cache,
+        config,
+        train_steps=16,
+        eval_every=8,
+        eval_samples=2,
+    )
+    # Validation rollouts use the tool too (TRL's loop, in eval mode, on these rows).
+    spec.validation = lookup_dataset(6, seed=9)
     return run_agent_job(spec)
 
 
@@ -154,6 +177,21 @@ def test_grpo_raises_a_tool_using_reward(
     assert statistics.mean(calls[-4:]) > statistics.mean(calls[:4]) + 0.2, calls
 
 
+def test_validation_rollouts_use_the_tool(
+    lookup_run: tuple[TrainingOutcome, RecordingObserver],
+) -> None:
+    _, observer = lookup_run
+    evaluations = [record.evaluation for record in observer.records if record.evaluation]
+    assert [evaluation.step for evaluation in evaluations] == [8, 16]
+    for evaluation in evaluations:
+        assert evaluation.samples == 6 * 2
+        assert evaluation.functions["correct_value"].scored == 12
+        assert evaluation.agent_metrics is not None
+    # By step 8 the policy calls lookup on most rollouts (training's own rate, measured above).
+    assert evaluations[-1].agent_metrics["tool_calls_per_rollout"] > 0.5, evaluations  # type: ignore[index]
+    assert (evaluations[-1].reward_mean or 0.0) > 0.5, evaluations
+
+
 def test_every_rollout_is_recorded_turn_by_turn(
     lookup_run: tuple[TrainingOutcome, RecordingObserver],
 ) -> None:
@@ -169,16 +207,13 @@ def test_every_rollout_is_recorded_turn_by_turn(
             # The completion the reward scored is the last assistant turn.
             finals = [m for m in trajectory if m["role"] == "assistant"]
             assert completion.completion == finals[-1]["content"]
-            for message in tool_messages(trajectory):
+            for call, message in calls_and_results(trajectory):
                 called += 1
-                assert message["name"] == "lookup"
+                assert message["name"] == "lookup" == call["name"]
                 if message["error"] is None:
                     assert message["duration_s"] > 0
                     # The result the sandbox returned is what the model was shown.
-                    call = next(
-                        m for m in trajectory if m["role"] == "assistant" and m.get("tool_calls")
-                    )
-                    key = call["tool_calls"][0]["arguments"].get("key")
+                    key = call["arguments"].get("key")
                     assert message["content"] == LOOKUP_TABLE.get(
                         key, "no value is stored under " + repr(key)
                     )

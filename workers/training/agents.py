@@ -273,7 +273,9 @@ class AgentSession:
         self, sandbox: AgentSandbox, rows: Sequence[dict[str, Any]], index_column: str
     ) -> None:
         self.sandbox = sandbox
-        self._rows = rows
+        # The rows TRL's index column points into (the training set; the validation set while
+        # an evaluation runs: RewardDispatcher.scoring_rows).
+        self.rows = rows
         self._index_column = index_column
         self.code: LoadedAgentCode | None = None
         self.tools: list[Callable[..., Any]] = []
@@ -357,7 +359,7 @@ class AgentSession:
         """A new instance for one rollout, reset with its dataset row as uploaded (TRL passes
         only the prompt and our index column)."""
         index = trl_row.get(self._index_column)
-        row = dict(self._rows[int(index)]) if index is not None else dict(trl_row)
+        row = dict(self.rows[int(index)]) if index is not None else dict(trl_row)
         row.pop("environment", None)  # TRL's control column, not a reset argument
         (outcome,) = self.sandbox.open_rollouts(environment, [row])
         if outcome.error is not None:
@@ -649,6 +651,12 @@ def _text(content: Any) -> str:
             part.get("text", "") if isinstance(part, dict) else str(part) for part in content
         )
     return "" if content is None else str(content)
+
+
+def conversational_prompt(prompt: Any) -> Any:
+    """A prompt as agent jobs need it: chat messages (the chat template renders the tools);
+    a text prompt becomes one user message."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
 
 def final_answer(trajectory: Sequence[dict[str, Any]]) -> str:

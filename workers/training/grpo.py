@@ -25,7 +25,7 @@ from trl import GRPOConfig
 from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.agents import AgentSession
+from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
@@ -218,9 +218,7 @@ def _indexed_dataset(
     """
     columns: dict[str, list[Any]] = {
         "prompt": [
-            [{"role": "user", "content": row["prompt"]}]
-            if conversational and isinstance(row["prompt"], str)
-            else row["prompt"]
+            conversational_prompt(row["prompt"]) if conversational else row["prompt"]
             for row in rows
         ],
         DATASET_INDEX_COLUMN: list(range(len(rows))),

@@ -6,8 +6,9 @@ touching the trainer (TRL fixes its reward function list, names and weights at i
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,22 @@ class RewardDispatcher:
                 agents.load(self.config.tools, self.config.environments)
             raise
         self.config = config
+
+    @contextlib.contextmanager
+    def scoring_rows(self, rows: Sequence[dict[str, Any]]) -> Iterator[None]:
+        """Within the block, the dataset index of a sample points into ``rows`` (an
+        evaluation's validation rows), for the reward functions' examples and the
+        environments' resets alike."""
+        saved = self._rows
+        self._rows = rows
+        if self.agents is not None:
+            self.agents.rows = rows
+        try:
+            yield
+        finally:
+            self._rows = saved
+            if self.agents is not None:
+                self.agents.rows = saved
 
     @property
     def sandbox(self) -> RewardSandbox:

@@ -49,6 +49,8 @@ class EvalRecord:
     samples: int
     duration_s: float
     functions: dict[str, FunctionStepMetrics]
+    # Agent jobs: tool use over the validation rollouts (as StepRecord.agent_metrics).
+    agent_metrics: dict[str, Any] | None = None
 
 
 @dataclass
