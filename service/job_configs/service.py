@@ -27,6 +27,7 @@ from service.datasets.repository import DatasetRepository
 from service.errors import (
     BadRequest,
     Conflict,
+    InvalidAgentCode,
     InvalidRewardFunction,
     PreconditionFailed,
     PreconditionRequired,
@@ -192,6 +193,25 @@ def _agent_code_after(session: Session, job: Job, update: JobConfigUpdate) -> Ag
     return AgentCode(tools=tools, environments=environments)
 
 
+def _check_stays_what_it_was(session: Session, job: Job, agent_code: AgentCode) -> None:
+    """A job is an agent job or not from its creation: its trainer is built with TRL's tool
+    loop (and a chat template that renders tools) or without. Tools given to a job created
+    without any would never be called: a 400 rather than an update that silently does nothing."""
+    if not (agent_code.tools or agent_code.environments):
+        return
+    configs = JobConfigRepository(session)
+    first = configs.get_config_version(job.id, 1)
+    if first is None:
+        return
+    tools, environments = configs.stored_agent_code(first)
+    if not (tools or environments):
+        raise InvalidAgentCode(
+            "this job was created without tools or environments, so its model cannot call "
+            "any: a job's tools and environments can change while it runs, but only a job "
+            "created with some has them. Create a new job with them."
+        )
+
+
 def _load_agent_code(
     job: Job, update: JobConfigUpdate, agent_code: AgentCode, secrets: dict[str, str]
 ) -> None:
@@ -219,6 +239,7 @@ def _validate(
     environment."""
     _check_read_only_fields(job, update)
     forms = check_reward_functions(update.reward_functions)
+    _check_stays_what_it_was(session, job, agent_code)
     _load_agent_code(job, update, agent_code, secrets)
     if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)

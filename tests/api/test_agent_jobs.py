@@ -229,6 +229,21 @@ def test_a_changed_tool_gets_a_new_version_and_broken_code_is_refused(
     assert versions[0]["tools"]["add"]["version"] == 1
 
 
+def test_a_job_created_without_tools_cannot_gain_them(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    """Its trainer has no tool loop: tools given later would never be called."""
+    job = create(client, agent_job(dataset_id, tools=[], environment=None))
+    path = f"/v1/jobs/{job['id']}/config"
+    document = client.get(path).json()
+    assert document["tools"] == {} and document["environments"] == {}
+    document["tools"] = {"add": {"source": ADD}}
+    refused = client.put(path, json=document, headers={"If-Match": "*"})
+    assert refused.status_code == 400, refused.text
+    assert "created without tools or environments" in refused.json()["detail"]
+    assert client.get(path).json()["version"] == 1  # nothing stored
+
+
 def test_a_recorded_trajectory_and_agent_metrics_come_back(
     api: tuple[LocalStack, httpx.Client], dataset_id: str
 ) -> None:
