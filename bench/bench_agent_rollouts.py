@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kept_steps import KeptSteps  # type: ignore[import-not-found]
 
 from sandbox.agent_api import AgentLimits, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
@@ -33,7 +34,7 @@ from sandbox.settings import SandboxSettings
 from service.jobs.hyperparameters import PRESETS, Hyperparameters
 from workers.training.agents import AgentSession
 from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig
 from workers.training.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TOOL_SOURCE,
@@ -48,26 +49,6 @@ def waiting_lookup(wait_s: float) -> str:
     return LOOKUP_TOOL_SOURCE.replace(
         "    table = {", f"    import time\n\n    time.sleep({wait_s})\n    table = {{", 1
     )
-
-
-class StepTimes:
-    def __init__(self) -> None:
-        self.records: list[StepRecord] = []
-
-    def on_step(self, record: StepRecord) -> None:
-        self.records.append(record)
-
-    def on_checkpoint(self, step: int, path: Path) -> None:
-        pass
-
-    def on_config_rejected(self, version: int, message: str) -> None:
-        pass
-
-    def should_stop(self) -> str | None:
-        return None
-
-    def poll_reward_config(self, current_version: int, starting_step: int) -> Any:
-        return None
 
 
 def run(variant: str, steps: int, wait_s: float, cache: Path, out: Path) -> dict[str, float]:
@@ -99,7 +80,7 @@ def run(variant: str, steps: int, wait_s: float, cache: Path, out: Path) -> dict
             output_dir=out,
             model_cache_dir=cache,
         )
-        observer = StepTimes()
+        observer = KeptSteps()
         sandbox = create_sandbox(SandboxSettings(isolation="none"))
         agents = create_agent_sandbox(SandboxSettings(isolation="none"), AgentLimits())
         try:

@@ -24,6 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kept_steps import KeptSteps  # type: ignore[import-not-found]
+
 # ~70M parameters: 12 layers of hidden 768 (head_dim 64, 2 KV heads), MLP 2048, vocab 448.
 MID_MODEL: dict[str, Any] = {
     "hidden_size": 768,
@@ -46,28 +48,6 @@ def build_random_qwen2(directory: Path, shape: dict[str, Any]) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         save_qwen2(directory, build_tokenizer(directory), **shape)
     return directory
-
-
-class KeptSteps:
-    """A training observer that keeps every step's record and never stops or reconfigures."""
-
-    def __init__(self) -> None:
-        self.records: list[Any] = []  # workers.training.step_records.StepRecord
-
-    def on_step(self, record: Any) -> None:
-        self.records.append(record)
-
-    def on_checkpoint(self, step: int, path: Path) -> None:
-        pass
-
-    def on_config_rejected(self, version: int, message: str) -> None:
-        pass
-
-    def should_stop(self) -> str | None:
-        return None
-
-    def poll_reward_config(self, current_version: int, starting_step: int) -> None:
-        return None
 
 
 def run_configuration(args: argparse.Namespace) -> None:

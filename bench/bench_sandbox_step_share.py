@@ -17,13 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kept_steps import KeptSteps  # type: ignore[import-not-found]
+
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig
 
 
 class TimedSandbox:
@@ -47,26 +49,6 @@ class TimedSandbox:
         self.inner.close()
 
 
-class StepTimes:
-    def __init__(self) -> None:
-        self.durations: list[float] = []
-
-    def on_step(self, record: StepRecord) -> None:
-        self.durations.append(record.duration_s)
-
-    def on_checkpoint(self, step: int, path: Path) -> None:
-        pass
-
-    def on_config_rejected(self, version: int, message: str) -> None:
-        pass
-
-    def should_stop(self) -> str | None:
-        return None
-
-    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
-        return None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -75,7 +57,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as workdir:
         sandbox = TimedSandbox(ProcessSandbox(SandboxSettings(isolation=args.isolation)))
-        observer = StepTimes()
+        observer = KeptSteps()
         spec = TrainingSpec(
             base_model="rft-tiny",
             dataset=demo_dataset(),

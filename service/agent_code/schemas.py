@@ -9,7 +9,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.reward_functions.schemas import FUNCTION_NAME, MAX_SOURCE_BYTES
+from service.reward_functions.schemas import (
+    FUNCTION_NAME,
+    MAX_SOURCE_BYTES,
+    check_identifier_names,
+)
 
 MAX_TOOLS = 32
 MAX_ENVIRONMENTS = 8
@@ -65,14 +69,7 @@ def check_tool_names(tools: list[Any]) -> list[Any]:
 
 
 def check_environment_names(environments: dict[str, Any]) -> dict[str, Any]:
-    if len(environments) > MAX_ENVIRONMENTS:
-        raise ValueError(f"at most {MAX_ENVIRONMENTS} environments")
-    for name in environments:
-        if not FUNCTION_NAME.match(name):
-            raise ValueError(
-                f"environment name {name!r} must be an identifier of at most 64 characters"
-            )
-    return environments
+    return check_identifier_names(environments, what="environment", most=MAX_ENVIRONMENTS)
 
 
 # The rules the validators enforce on a dict of environments, stated in the OpenAPI document.

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from collections.abc import Collection
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandbox.api import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_LIMIT, RewardCodeError
 from sandbox.reward_modules import extract_reward_function
 from service.secrets import JobSecrets
+
+Named = TypeVar("Named", bound=Collection[str])
 
 # Runtime packages are plain requirements (no pip options, URLs or paths), for jobs and tests.
 _CLAUSE = r"\s*(==|>=|<=|~=|!=|>|<)\s*[A-Za-z0-9.*+!_-]+"
@@ -154,14 +157,17 @@ def check_reward_function_count(
 ) -> dict[str, RewardFunctionCreate]:
     """The names and how many, but none is allowed: agent jobs whose environments score the
     rollouts need no function (their models check that one is given otherwise)."""
-    if len(functions) > MAX_REWARD_FUNCTIONS:
-        raise ValueError(f"at most {MAX_REWARD_FUNCTIONS} reward functions")
-    for name in functions:
+    return check_identifier_names(functions, what="reward function", most=MAX_REWARD_FUNCTIONS)
+
+
+def check_identifier_names(entries: Named, *, what: str, most: int) -> Named:
+    """At most ``most`` entries, each named by an identifier (how code refers to them)."""
+    if len(entries) > most:
+        raise ValueError(f"at most {most} {what}s")
+    for name in entries:
         if not FUNCTION_NAME.match(name):
-            raise ValueError(
-                f"reward function name {name!r} must be an identifier of at most 64 characters"
-            )
-    return functions
+            raise ValueError(f"{what} name {name!r} must be an identifier of at most 64 characters")
+    return entries
 
 
 # A job's functions by name, as JobCreate, config updates and tests take them.
