@@ -61,11 +61,25 @@ def stack() -> Iterator[LocalStack]:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def shared_model_cache() -> Iterator[Path]:
+    """The built-in models, built once for the stacks of their own (each would build them
+    again, ~15 s for rft-tiny-tools): builds are locked and land with one rename."""
+    cache = Path(tempfile.mkdtemp(prefix="rft-test-models-"))
+    yield cache
+    shutil.rmtree(cache, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def stack_of_its_own(prefix: str, *, env: dict[str, str], workers: int = 1) -> Iterator[LocalStack]:
+def stack_of_its_own(
+    prefix: str, *, env: dict[str, str], workers: int = 1, model_cache: Path | None = None
+) -> Iterator[LocalStack]:
     """A stack for one test module, with settings the session's stack does not have (``env``
-    for its servers); its state is removed afterwards."""
+    for its servers); its state is removed afterwards. ``model_cache``: where its workers find
+    (or build) the built-in models, unless ``env`` says."""
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    if model_cache is not None:
+        env = {"RFT_MODEL_CACHE_DIR": str(model_cache), **env}
     try:
         with LocalStack(state_dir, workers=workers, extra_env=env) as stack:
             yield stack

@@ -10,6 +10,13 @@ from typing import Any
 import httpx
 
 from tests.tiny import TINY_HYPERPARAMETERS
+from workers.training.tiny_tool_model import (
+    LOOKUP_REWARD_SOURCE,
+    LOOKUP_TABLE,
+    LOOKUP_TOOL_SOURCE,
+    TINY_TOOL_MODEL_NAME,
+    lookup_dataset,
+)
 
 FINAL = {"succeeded", "failed", "cancelled"}
 
@@ -146,3 +153,44 @@ def slow_job(
             },
         },
     )
+
+
+def lookup_job(client: httpx.Client, *, rows: int = 64, **fields: Any) -> dict[str, Any]:
+    """The body of an agent job: the tool-calling tiny model learns to call ``lookup`` (its
+    reward pays for the value only the tool knows: ~0.45 at the start, 0.85-0.95 within ~6
+    steps at this learning rate). ``fields`` override the body's (hyperparameters merged)."""
+    hyperparameters = {
+        **TINY_HYPERPARAMETERS,
+        "max_completion_length": 64,  # a call, the tool's answer and the final answer
+        "max_turns": 2,
+        "num_generations": 8,
+        "prompts_per_step": 4,
+        "learning_rate": 3e-3,
+        "seed": 0,
+        **fields.pop("hyperparameters", {}),
+    }
+    return {
+        "dataset_id": upload_jsonl(client, lookup_dataset(rows, seed=1)),
+        "base_model": TINY_TOOL_MODEL_NAME,
+        "reward_functions": {"correct_value": {"source": LOOKUP_REWARD_SOURCE}},
+        "tools": [{"name": "lookup", "source": LOOKUP_TOOL_SOURCE}],
+        "hyperparameters": hyperparameters,
+        **fields,
+    }
+
+
+def assert_lookup_results_match_the_table(trajectory: list[dict[str, Any]]) -> None:
+    """Each answered ``lookup`` call returned what the table stores under the key it was
+    called with: a rank whose stand-ins answered another rollout's call (or none) would not."""
+    calls: list[dict[str, Any]] = []
+    for message in trajectory:
+        if message["role"] == "assistant":
+            calls.extend(message.get("tool_calls") or [])
+        elif message["role"] == "tool":
+            call = calls.pop(0)
+            assert message["name"] == call["name"] == "lookup", trajectory
+            if message["error"] is not None:
+                continue  # arguments the model did not write as an object: TRL answers those
+            key = call["arguments"]["key"]
+            expected = LOOKUP_TABLE.get(key, "no value is stored under " + repr(key))
+            assert message["content"] == expected, trajectory

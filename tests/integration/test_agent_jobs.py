@@ -10,14 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
-from tests.tiny import TINY_HYPERPARAMETERS
+from tests.integration.helpers import all_pages, create_job, lookup_job, wait_for, wait_until
 from workers.training.tiny_tool_model import (
-    LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
-    TINY_TOOL_MODEL_NAME,
-    lookup_dataset,
 )
 
 pytestmark = pytest.mark.integration
@@ -33,27 +29,8 @@ assert EXCLAIMING_LOOKUP_SOURCE != LOOKUP_TOOL_SOURCE
 
 
 def agent_job(client: httpx.Client, **hyperparameters: Any) -> dict[str, Any]:
-    dataset_id = upload_jsonl(client, lookup_dataset(64, seed=1))
-    return create_job(
-        client,
-        {
-            "dataset_id": dataset_id,
-            "base_model": TINY_TOOL_MODEL_NAME,
-            "reward_functions": {"correct_value": {"source": LOOKUP_REWARD_SOURCE}},
-            "tools": [{"name": "lookup", "source": LOOKUP_TOOL_SOURCE}],
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "max_completion_length": 64,
-                "max_turns": 2,
-                "num_generations": 8,
-                "prompts_per_step": 4,
-                "learning_rate": 3e-3,
-                "seed": 0,
-                "train_steps": TRAIN_STEPS,
-                **hyperparameters,
-            },
-        },
-    )
+    body = lookup_job(client, hyperparameters={"train_steps": TRAIN_STEPS, **hyperparameters})
+    return create_job(client, body)
 
 
 def test_an_agent_job_learns_to_use_its_tool_and_is_recorded_turn_by_turn(

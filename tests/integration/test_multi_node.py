@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,7 +41,7 @@ CONSTANT_REWARD = (
 
 
 @pytest.fixture(scope="module")
-def nodes_stack() -> Iterator[LocalStack]:
+def nodes_stack(shared_model_cache: Path) -> Iterator[LocalStack]:
     with stack_of_its_own(
         "rft-multi-node-",
         workers=NODES,
@@ -51,6 +52,7 @@ def nodes_stack() -> Iterator[LocalStack]:
             "RFT_PLACEMENT_TIMEOUT_S": str(PLACEMENT_TIMEOUT_S),
             "OMP_NUM_THREADS": "1",
         },
+        model_cache=shared_model_cache,
     ) as stack:
         yield stack
 

@@ -23,7 +23,15 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.integration.helpers import (
+    all_pages,
+    assert_lookup_results_match_the_table,
+    create_job,
+    lookup_job,
+    upload_jsonl,
+    wait_for,
+    wait_until,
+)
 from tests.processes import rank_pids, training_processes, wait_gone
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.queue import live_workers
@@ -48,7 +56,7 @@ NEEDS_DEEPSPEED = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def ranks_stack() -> Iterator[LocalStack]:
+def ranks_stack(shared_model_cache: Path) -> Iterator[LocalStack]:
     with stack_of_its_own(
         "rft-multi-rank-",
         env={
@@ -58,6 +66,7 @@ def ranks_stack() -> Iterator[LocalStack]:
             "RFT_WORKER_CAPACITY_TTL_S": "6",
             "OMP_NUM_THREADS": "1",
         },
+        model_cache=shared_model_cache,
     ) as stack:
         yield stack
 
@@ -150,6 +159,66 @@ def test_two_rank_job_records_every_completion_of_both_ranks_once(
     log = (ranks_stack.log_dir / "worker1.log").read_text(errors="replace")
     assert "/rank1]" in log
     wait_gone(list(training_processes(ranks_stack.workers[0].pid)))
+
+
+AGENT_PROMPTS_PER_STEP = 4
+AGENT_NUM_GENERATIONS = 8
+
+
+def test_a_two_rank_agent_job_records_every_rollout_of_both_ranks_once(
+    ranks_client: httpx.Client,
+) -> None:
+    """Each rank runs its half of a step's rollouts through its own agent sandbox; rank 0
+    gathers both halves' trajectories with their completions, so the record holds every
+    rollout once, turn by turn, and the step's agent metrics cover the whole step."""
+    train_steps = 6
+    request = lookup_job(
+        ranks_client,
+        num_devices=RANKS,
+        hyperparameters={
+            # 32 rollouts a step: 16 on each rank, whole prompt groups on each.
+            "prompts_per_step": AGENT_PROMPTS_PER_STEP,
+            "num_generations": AGENT_NUM_GENERATIONS,
+            "train_steps": train_steps,
+            "checkpoint_every": train_steps,
+        },
+    )
+    job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert (job["num_devices"], job["engine"]) == (RANKS, "ddp")
+
+    steps = ranks_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    rollouts_per_step = AGENT_PROMPTS_PER_STEP * AGENT_NUM_GENERATIONS
+    for step in steps:
+        metrics = step["agent_metrics"]
+        assert metrics is not None, step
+        assert set(metrics) >= {"tool_calls_per_rollout", "turns_per_rollout", "tools"}
+        # Over both ranks' rollouts: at least one turn each (one rank's half would too, so the
+        # completion count below is what shows both halves are in).
+        assert metrics["turns_per_rollout"] >= 1, metrics
+
+    completions = all_pages(ranks_client, f"/v1/jobs/{job['id']}/completions")
+    per_step: dict[int, list[tuple[int, int]]] = {}
+    for row in completions:
+        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
+    expected = sorted(
+        (p, g) for p in range(AGENT_PROMPTS_PER_STEP) for g in range(AGENT_NUM_GENERATIONS)
+    )
+    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
+        step: expected for step in range(1, train_steps + 1)
+    }
+    assert len(completions) == train_steps * rollouts_per_step
+    tool_results = 0
+    for completion in completions:
+        trajectory = completion["trajectory"]
+        assert trajectory and trajectory[0]["role"] == "assistant", completion
+        finals = [m for m in trajectory if m["role"] == "assistant"]
+        assert completion["completion"] == finals[-1]["content"], completion
+        assert_lookup_results_match_the_table(trajectory)
+        tool_results += sum(1 for m in trajectory if m["role"] == "tool" and m["error"] is None)
+    # The warmed-up model calls the tool in some rollouts from the first step on.
+    assert tool_results > 0
 
 
 def test_cancel_stops_every_rank(ranks_stack: LocalStack, ranks_client: httpx.Client) -> None:
