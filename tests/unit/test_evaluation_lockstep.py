@@ -148,7 +148,12 @@ def test_a_rank_without_prompts_generates_only_under_fsdp(
     running = trainer(fsdp=False)
     if engine is not None:
         setattr(running, engine, True)
-    dispatcher = SimpleNamespace(config=SimpleNamespace(functions=[], version=1), sandbox=None)
+    dispatcher = SimpleNamespace(
+        config=SimpleNamespace(functions=[], version=1),
+        sandbox=None,
+        agents=None,  # not an agent job
+        reward_sources=lambda: [],
+    )
     record = evaluator.evaluate(running, dispatcher, step=1, ranks=AloneInAGroup(0, 2))
     assert model.calls == calls
     assert record.samples == 0 and record.prompts == 1

@@ -167,7 +167,12 @@ def test_under_fsdp_a_rank_without_prompts_syncs_but_makes_no_filler_call(
     rank's own, so no rank waits on another's generate() calls."""
     calls: list[Any] = []
     evaluator = Evaluator([{"prompt": "only"}], GREEDY)
-    dispatcher = SimpleNamespace(config=SimpleNamespace(functions=[], version=1), sandbox=None)
+    dispatcher = SimpleNamespace(
+        config=SimpleNamespace(functions=[], version=1),
+        sandbox=None,
+        agents=None,  # not an agent job
+        reward_sources=lambda: [],
+    )
     record = evaluator.evaluate(
         trainer(calls, fsdp=True),
         dispatcher,  # type: ignore[arg-type]
