@@ -16,7 +16,7 @@ import ast
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, GetCoreSchemaHandler, Tag
 from pydantic_core import core_schema
@@ -309,11 +309,20 @@ def to_environment_config(
     return EnvironmentConfig.model_validate(value)
 
 
-Config = TypeVar("Config", bound="_ConfigEntry")
+class ConfigEntry(Protocol):
+    """An entry of a live config (a reward function, tool or environment): what it sends."""
+
+    def to_request(self) -> dict[str, Any]: ...
+
+    def model_dump(self) -> dict[str, Any]: ...
 
 
-class _ConfigMap(dict[str, Config]):
-    """Entries by name, converted on the way in (like the config's reward functions)."""
+Config = TypeVar("Config", bound=ConfigEntry)
+
+
+class ConfigMap(dict[str, Config]):
+    """A live config's entries by name, converted on the way in: reward functions, tools and
+    environments alike (subclasses say how in ``_converted``)."""
 
     def _converted(self, name: str, value: Any) -> Config:
         raise NotImplementedError
@@ -345,7 +354,7 @@ class _ConfigMap(dict[str, Config]):
         )
 
 
-class ToolMap(_ConfigMap[ToolConfig]):
+class ToolMap(ConfigMap[ToolConfig]):
     """A config's tools by name: ``config.tools["search"] = search`` (a function, rft.Tool,
     source string or ToolConfig) replaces that tool's code. A list of tools and functions
     builds one keyed by their names."""
@@ -361,7 +370,7 @@ class ToolMap(_ConfigMap[ToolConfig]):
         return to_tool_config(name, value)
 
 
-class EnvironmentMap(_ConfigMap[EnvironmentConfig]):
+class EnvironmentMap(ConfigMap[EnvironmentConfig]):
     """A config's environments by name: ``config.environments["calc"] =
     rft.Environment.from_file(...)`` replaces that environment's code and weight."""
 

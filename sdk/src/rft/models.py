@@ -13,11 +13,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
-from pydantic_core import core_schema
+from pydantic import BaseModel, ConfigDict, Field
 
 from rft.agents import (
     AgentStepMetrics,
+    ConfigMap,
     EnvironmentMap,
     ToolMap,
     TrajectoryMessage,
@@ -426,7 +426,7 @@ def to_reward_function_config(
 RewardFunctionsInput: TypeAlias = Mapping[str, RewardFunctionLike | Mapping[str, Any]]
 
 
-class RewardFunctionMap(dict[str, RewardFunctionConfig]):
+class RewardFunctionMap(ConfigMap[RewardFunctionConfig]):
     """Reward functions by name; assigning a function or source string keeps the old weight.
 
     ``config.reward_functions["fmt"] = my_function`` replaces fmt's code and leaves its weight,
@@ -434,35 +434,12 @@ class RewardFunctionMap(dict[str, RewardFunctionConfig]):
     """
 
     def __init__(self, functions: RewardFunctionsInput | None = None) -> None:
-        super().__init__()
-        for name, value in (functions or {}).items():
-            self[name] = value
+        super().__init__(functions)
 
-    # Wider than dict's value type on purpose: functions and strings are converted on the way in.
-    def __setitem__(  # type: ignore[override]
-        self, name: str, value: RewardFunctionLike | Mapping[str, Any]
-    ) -> None:
+    def _converted(self, name: str, value: Any) -> RewardFunctionConfig:
         previous = self.get(name)
         weight = previous.weight if previous is not None else 1.0
-        super().__setitem__(name, to_reward_function_config(name, value, weight=weight))
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for name, value in dict(*args, **kwargs).items():
-            self[name] = value
-
-    def to_request(self) -> dict[str, dict[str, Any]]:
-        return {name: f.to_request() for name, f in self.items()}
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source_type: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            lambda value: value if isinstance(value, cls) else cls(value),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda functions: {name: f.model_dump() for name, f in functions.items()}
-            ),
-        )
+        return to_reward_function_config(name, value, weight=weight)
 
 
 class JobConfig(BaseModel):
