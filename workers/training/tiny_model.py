@@ -15,6 +15,7 @@ from typing import Any
 from workers.training.model_building import (
     IM_END,
     IM_START,
+    TINY_QWEN2_SHAPE,
     build_bpe_tokenizer,
     ensure_built,
 )
@@ -86,17 +87,7 @@ def _corpus() -> Iterator[str]:
 
 def _build(out_dir: Path) -> None:
     tokenizer = build_tokenizer(out_dir)
-    save_qwen2(
-        out_dir,
-        tokenizer,
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        # With the default 0.02 the logits stay near uniform and GRPO cannot sharpen them.
-        initializer_range=0.1,
-    )
+    save_qwen2(out_dir, tokenizer, **TINY_QWEN2_SHAPE)
 
 
 def build_tokenizer(out_dir: Path) -> Any:

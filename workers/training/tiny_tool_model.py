@@ -23,6 +23,7 @@ from typing import Any
 from workers.training.model_building import (
     IM_END,
     PAD,
+    TINY_QWEN2_SHAPE,
     build_bpe_tokenizer,
     ensure_built,
     random_qwen2,
@@ -175,12 +176,7 @@ def _build(out_dir: Path) -> None:
     )
     model = random_qwen2(
         tokenizer,
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        initializer_range=0.1,
+        **TINY_QWEN2_SHAPE,
         # The rendered tool schema alone is a couple of hundred tokens; room for several turns.
         max_position_embeddings=2048,
     )
