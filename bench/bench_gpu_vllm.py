@@ -13,12 +13,16 @@ between them:
   same prompts (n completions each, the same sampling).
 
 Needs CUDA and the `vllm` extra (pip install -e '.[worker,vllm]'); without a GPU it says so and
-exits. Run: python bench/bench_gpu_vllm.py [--steps 12] [--completion-tokens 256]  (~10 min)
+exits. Where vLLM is not installed (a GPU machine that cannot fetch it) it compares the two with
+transformers' generate() instead (--generation transformers), and says so.
+Run: python bench/bench_gpu_vllm.py [--steps 12] [--completion-tokens 256] [--generation vllm]
+(~10 min)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -71,7 +75,9 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     from workers.training.grpo import TrainingSpec, run_grpo
     from workers.training.step_records import RewardConfig
 
-    generation = choose_generation(Settings(generation_backend="vllm", vllm_mode="colocate"))
+    generation = choose_generation(
+        Settings(generation_backend=args.generation, vllm_mode="colocate")
+    )
     observer = KeptSteps()
     sandbox = create_sandbox(SandboxSettings(isolation="none"))
     with tempfile.TemporaryDirectory() as output:
@@ -91,6 +97,9 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "step_s": [record.duration_s for record in observer.records],
         "generation": generation.describe(),
+        "mean_length": [
+            record.extra_metrics.get("completions/mean_length") for record in observer.records
+        ],
     }
 
 
@@ -147,7 +156,7 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
             seed=hp.seed,
             bf16=True,
             activation_checkpointing=True,
-            use_vllm=True,
+            use_vllm=args.generation == "vllm",
             vllm_mode="colocate",
             vllm_gpu_memory_utilization=0.3,
             logging_steps=1,
@@ -168,7 +177,13 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
             callbacks=[timer],
         )
         trainer.train()
-    return {"step_s": timer.durations}
+        lengths = [
+            entry["completions/mean_length"]
+            for entry in trainer.state.log_history
+            if "completions/mean_length" in entry
+        ]
+        dtype = str(next(trainer.model.parameters()).dtype)
+    return {"step_s": timer.durations, "mean_length": lengths, "dtype": dtype}
 
 
 def generation_prompts(args: argparse.Namespace) -> list[str]:
@@ -256,6 +271,8 @@ def run_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
         str(args.completion_tokens),
         "--generation-prompts",
         str(args.generation_prompts),
+        "--generation",
+        args.generation,
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -272,6 +289,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--completion-tokens", type=int, default=256)
     parser.add_argument("--generation-prompts", type=int, default=32)
+    parser.add_argument(
+        "--generation",
+        choices=("vllm", "transformers"),
+        help="how both sides generate (default: vllm where it is installed, else transformers)",
+    )
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -285,6 +307,10 @@ def main() -> None:
         )
     if args.steps <= FIRST_TIMED_STEP:
         sys.exit(f"--steps must be more than {FIRST_TIMED_STEP}: earlier steps are warm-up")
+    if args.generation is None:
+        args.generation = "vllm" if importlib.util.find_spec("vllm") else "transformers"
+        if args.generation == "transformers":
+            print("vLLM is not installed here: both sides generate with transformers")
     if args.phase is not None:
         print(json.dumps(PHASES[args.phase](args)))
         return
@@ -298,10 +324,19 @@ def main() -> None:
         f"{args.completion_tokens} tokens; median from step {FIRST_TIMED_STEP}"
     )
     service, bare = run_phase("service", args), run_phase("bare", args)
+    for name, run in (("service", service), ("bare", bare)):
+        steps = ", ".join(f"{s:.2f}" for s in run["step_s"])
+        lengths = ", ".join(f"{n:.0f}" for n in run["mean_length"] if n is not None)
+        print(f"{name}: steps [{steps}] s; mean completion tokens [{lengths}]")
+    print(f"bare model's parameters: {bare['dtype']}")
     service_s, bare_s = timed_median(service["step_s"]), timed_median(bare["step_s"])
     print(f"service ({service['generation']}): {service_s:.3f} s/step")
-    print(f"bare TRL + vLLM:  {bare_s:.3f} s/step  (service/bare {service_s / bare_s:.3f}x)")
-    for name in ("generate-vllm", "generate-transformers"):
+    print(
+        f"bare TRL ({args.generation}):  {bare_s:.3f} s/step  "
+        f"(service/bare {service_s / bare_s:.3f}x)"
+    )
+    engines = ("vllm", "transformers") if args.generation == "vllm" else ("transformers",)
+    for name in (f"generate-{engine}" for engine in engines):
         run = run_phase(name, args)
         print(f"{name}: {run['tokens'] / run['seconds']:,.0f} completion tokens/s")
     print(f"load at end {os.getloadavg()[0]:.1f}")

@@ -20,7 +20,16 @@
 # `--wheelhouse DIR` (or RFT_GPU_WHEELHOUSE=DIR). RFT_GPU_PYTHON=/path/to/python skips the
 # setup and uses that interpreter as it is.
 #
+# A GPU machine whose Python already holds a CUDA torch (and numpy, pandas, pyarrow,
+# accelerate, tokenizers, huggingface_hub...) but neither a registry nor room for torch's wheels:
+# `--download-overlay DIR` fills DIR with the rest (scripts/gpu_overlay_requirements.txt, ~50 MB,
+# no torch, no vLLM); there, `RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh --overlay DIR`
+# installs them beside that Python's packages (pip --target, no dependency resolution) and runs
+# the checks with them. vLLM's wheels are too large to bring that way: its tests are then
+# reported as not run, and the bench compares with transformers' generate().
+#
 # Usage: bash scripts/gpu_check.sh [--dry-run] [--wheelhouse DIR] [--download-wheels DIR]
+#        [--overlay DIR] [--download-overlay DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,18 +46,24 @@ PINS="vllm==0.30.0 transformers==5.23.0 trl==1.16.0"
 EXTRAS="api,worker,embedded,dev,vllm"
 # Caps per part (seconds); each part also stops at the whole run's budget.
 SETUP_CAP_S=900
-GPU_TESTS_CAP_S=600
-VLLM_TESTS_CAP_S=900
+GPU_TESTS_CAP_S="${RFT_GPU_TESTS_CAP_S:-600}"
+VLLM_TESTS_CAP_S="${RFT_GPU_VLLM_TESTS_CAP_S:-900}"
+BENCH_ARGS="${RFT_GPU_BENCH_ARGS:-}"
+OVERLAY_REQUIREMENTS=scripts/gpu_overlay_requirements.txt
 GPUS_PER_JOB="$(sed -n 's/^GPUS_PER_JOB = \([0-9]*\).*/\1/p' tests/gpu/conftest.py)"
 
 dry_run=0
 download_to=""
+overlay=""
+download_overlay_to=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --wheelhouse) WHEELHOUSE="$2"; shift ;;
     --download-wheels) download_to="$2"; shift ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --overlay) overlay="$2"; shift ;;
+    --download-overlay) download_overlay_to="$2"; shift ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -73,6 +88,8 @@ setup_command="python3 -m venv $VENV; pip install $TORCH_PIN (PyPI's CUDA build)
 setup_command+=" pip install -e .[$EXTRAS] $PINS; pip install -e ./sdk[cli]"
 [ -n "$WHEELHOUSE" ] && setup_command+=" (offline, from $WHEELHOUSE)"
 [ -n "${RFT_GPU_PYTHON:-}" ] && setup_command="none: RFT_GPU_PYTHON=$RFT_GPU_PYTHON as it is"
+[ -n "${RFT_GPU_PYTHON:-}" ] && [ -n "$overlay" ] && setup_command="pip install --no-deps \
+--target /tmp/rft-gpu-overlay $overlay/*.whl, beside RFT_GPU_PYTHON=$RFT_GPU_PYTHON's packages"
 
 print_plan() {
   local gpus="$1"
@@ -91,6 +108,24 @@ print_plan() {
       "pyproject.toml), and the report says CUDA is absent"
   fi
 }
+
+if [ -n "$download_overlay_to" ]; then
+  # CPython 3.12 manylinux wheels of what a torch-only GPU image lacks, without dependencies
+  # (the image's own numpy, pandas, pyarrow, torch... stay).
+  version="${RFT_GPU_PYTHON_VERSION:-3.12}"
+  platforms=()
+  for tag in manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 \
+    manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+    platforms+=(--platform "$tag")
+  done
+  mkdir -p "$download_overlay_to"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" \
+    --implementation cp "${platforms[@]}" -d "$download_overlay_to" \
+    -r "$OVERLAY_REQUIREMENTS" || exit 1
+  echo "overlay wheels in $download_overlay_to ($(du -sh "$download_overlay_to" | cut -f1)); on" \
+    "the GPU machine: RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh --overlay $download_overlay_to"
+  exit 0
+fi
 
 if [ -n "$download_to" ]; then
   # Run where a registry is reachable: every wheel the GPU setup installs, for the GPU
@@ -187,6 +222,8 @@ part() {
   details+=("### $name" "" "\`$*\` (exit $rc, ${took} s; whole log: gpu-$name.log)" "" '```'
     "$(tail -n 40 "$log")" '```' "")
   echo "   $result (${took} s)"
+  # The report so far, so a run cut short still leaves one.
+  write_report "in progress: stopped after part $name"
   return "$rc"
 }
 
@@ -263,7 +300,16 @@ setup() {
 print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__)"
 }
 
-if [ -n "${RFT_GPU_PYTHON:-}" ]; then
+if [ -n "${RFT_GPU_PYTHON:-}" ] && [ -n "$overlay" ]; then
+  PY="$RFT_GPU_PYTHON"
+  site=/tmp/rft-gpu-overlay
+  part setup 300 "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade \
+    --target "$site" "$overlay"/*.whl
+  # The overlay first, then this checkout and its SDK (no editable install without resolving).
+  export PYTHONPATH="$site:$PWD:$PWD/sdk/src${PYTHONPATH:+:$PYTHONPATH}"
+  export PATH="$site/bin:$PATH"
+  notes+=("setup: $PY with the overlay wheels of $overlay (pip --target $site, no deps)")
+elif [ -n "${RFT_GPU_PYTHON:-}" ]; then
   PY="$RFT_GPU_PYTHON"
   rows+=("| setup | skipped: RFT_GPU_PYTHON=$PY used as it is | 0 s |")
 else
@@ -279,10 +325,28 @@ if [ "$GPUS" -lt "$GPUS_PER_JOB" ]; then
     "(GPUS_PER_JOB in tests/gpu/conftest.py) are skipped, pytest says which"
   notes+=("tests/gpu: $GPUS GPU(s) here; tests needing $GPUS_PER_JOB GPUs skipped")
 fi
+# What this machine is, as the worker sees it: the driver, torch's CUDA, the start-up check.
+part probe 120 "$PY" -c "
+import os, torch, transformers, trl
+from workers.training.cuda import probe_cuda
+print('torch', torch.__version__, 'built for CUDA', torch.version.cuda, '| available',
+      torch.cuda.is_available(), '| devices', torch.cuda.device_count())
+print('transformers', transformers.__version__, '| trl', trl.__version__)
+print('/proc/driver/nvidia present:', os.path.isdir('/proc/driver/nvidia'))
+probe = probe_cuda()
+print('worker probe:', probe)
+print('worker start-up check:', probe.problem() or 'ok')
+assert probe.usable_gpus > 0 and probe.problem() is None, 'the worker would not use this GPU'"
 part tests-gpu "$GPU_TESTS_CAP_S" "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu
-part tests-vllm "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
-  -p no:cacheprovider tests/vllm_generation
-part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py
+if "$PY" -c "import vllm" >/dev/null 2>&1; then
+  part tests-vllm "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
+    -p no:cacheprovider tests/vllm_generation
+else
+  rows+=("| tests-vllm | skipped: vLLM is not installed for $PY (nothing on the vLLM path ran) | 0 s |")
+  notes+=("vLLM is not installed: tests/vllm_generation did not run on CUDA")
+fi
+# shellcheck disable=SC2086 # BENCH_ARGS: several arguments
+part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py $BENCH_ARGS
 
 failed=0
 for row in "${rows[@]}"; do

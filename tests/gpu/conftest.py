@@ -1,6 +1,8 @@
-"""Tests that need CUDA GPUs: jobs over two GPUs (FSDP, DDP over NCCL). On a machine without
-two GPUs they are collected and skipped, saying why; a GPU machine runs them as they are
-(``python -m pytest tests/gpu``).
+"""Tests that need CUDA GPUs: a job on one GPU (bf16, activation checkpointing, the CUDA
+start-up check) and jobs over two GPUs (FSDP, DDP over NCCL). Each module says how many GPUs
+its tests need (``GPUS_NEEDED``, default ``GPUS_PER_JOB``); on a machine with fewer they are
+collected and skipped, saying why; a GPU machine runs them as they are
+(``python -m pytest tests/gpu``, or ``bash scripts/gpu_check.sh``).
 
 They train the built-in tiny model (no model hub needed) through the whole stack, as the CPU
 tests in tests/integration do; what they add is what only GPUs exercise: FSDP (it does not run
@@ -23,26 +25,24 @@ GPUS_PER_JOB = 2
 HERE = Path(__file__).resolve().parent
 
 
-def gpu_problem() -> str | None:
-    """Why these tests cannot run here, or None when they can."""
+def gpu_problem(needed: int = GPUS_PER_JOB) -> str | None:
+    """Why tests needing ``needed`` GPUs cannot run here, or None when they can."""
     import torch
 
-    count = torch.cuda.device_count()
-    if count < GPUS_PER_JOB:
-        return f"needs {GPUS_PER_JOB} CUDA GPUs, torch sees {count}"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < needed:
+        return f"needs {needed} CUDA GPU(s), torch sees {count}"
     return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mine = [item for item in items if HERE in item.path.parents]
-    if not mine:
-        return
-    problem = gpu_problem()
-    if problem is None:
-        return
-    skip = pytest.mark.skip(reason=f"GPU test: {problem}")
-    for item in mine:
-        item.add_marker(skip)
+    for item in items:
+        if HERE not in item.path.parents:
+            continue
+        module = getattr(item, "module", None)
+        problem = gpu_problem(getattr(module, "GPUS_NEEDED", GPUS_PER_JOB))
+        if problem is not None:
+            item.add_marker(pytest.mark.skip(reason=f"GPU test: {problem}"))
 
 
 @pytest.fixture(scope="module")

@@ -156,8 +156,15 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
+    dtype = torch.bfloat16 if use_bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    # Where and how this rank trains, in the worker's log: the one line that tells a GPU job
+    # from one that fell back to CPU.
+    logger.info(
+        "training on %s in %s (activation checkpointing %s)",
+        f"cuda ({torch.cuda.get_device_name()})" if use_cuda else "cpu",
+        str(dtype).removeprefix("torch."),
+        "on" if args.gradient_checkpointing else "off",
     )
     trainer = RecordingGRPOTrainer(
         model=model,

@@ -1,0 +1,93 @@
+"""A job on one CUDA GPU through the whole stack: what every GPU user runs first. Skipped
+without a GPU (tests/gpu/conftest.py).
+
+The CPU tests train in fp32 without activation checkpointing; "auto" turns on bf16 and
+activation checkpointing on a GPU, and the adapter then serves chat completions from the GPU.
+These show that path end to end: the worker's start-up check accepts the GPU, the rank trains on
+it in bf16, the job checkpoints and finishes, and its adapter answers differently from the base.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.conftest import stack_of_its_own, tenant_client
+from tests.integration.helpers import (
+    all_pages,
+    assert_the_adapter_answers_differently,
+    chat,
+    train_a_share_job,
+)
+from tests.integration.test_multi_rank import worker_logs
+
+pytestmark = pytest.mark.integration
+
+GPUS_NEEDED = 1
+
+
+@pytest.fixture(scope="module")
+def one_gpu_stack() -> Iterator[LocalStack]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    with stack_of_its_own(
+        "rft-one-gpu-",
+        env={
+            "RFT_WORKER_DEVICES": "1",
+            "CUDA_VISIBLE_DEVICES": visible,
+            # model.generate() on the GPU; vLLM's jobs have their own tests (tests/vllm_generation).
+            "RFT_GENERATION_BACKEND": "transformers",
+        },
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+def one_gpu_client(one_gpu_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(one_gpu_stack) as http:
+        yield http
+
+
+def test_the_start_up_check_sees_a_usable_gpu() -> None:
+    """The worker's one answer to "does this machine have usable CUDA" (workers/training/
+    cuda.py) agrees with torch here: the driver lists the GPU, torch can use it, no problem."""
+    import torch
+
+    from workers.training.cuda import probe_cuda
+
+    probe = probe_cuda()
+    assert probe.problem() is None, probe.problem()
+    assert probe.usable_gpus == torch.cuda.device_count() >= 1, probe
+    assert probe.driver_gpus >= 1, probe
+    assert probe.torch_cuda == torch.version.cuda, probe
+
+
+def test_a_job_trains_on_one_gpu_in_bf16_and_its_adapter_answers(
+    one_gpu_stack: LocalStack, one_gpu_client: httpx.Client
+) -> None:
+    job = train_a_share_job(one_gpu_client, train_steps=6, checkpoint_every=3)
+    job_id = str(job["id"])
+    logs = worker_logs(one_gpu_stack)
+    trained_on = [line for line in logs.splitlines() if "training on " in line]
+    assert trained_on, logs[-3000:]
+    assert "training on cuda" in trained_on[-1], trained_on
+    assert "in bfloat16" in trained_on[-1], trained_on
+    assert "activation checkpointing on" in trained_on[-1], trained_on
+
+    steps = all_pages(one_gpu_client, f"/v1/jobs/{job_id}/steps")
+    assert [step["step"] for step in steps] == list(range(1, 7))
+    assert all(step["reward_functions"]["a_share"]["errors"] == 0 for step in steps), steps
+    events = all_pages(one_gpu_client, f"/v1/jobs/{job_id}/events/history")
+    assert [e["step"] for e in events if e["kind"] == "checkpoint"] == [3, 6]
+
+    one_gpu_stack.start_inference()
+
+    def answer(model: str) -> str:
+        response = chat(one_gpu_client, model)
+        assert response.status_code == 200, response.text
+        return str(response.json()["choices"][0]["message"]["content"])
+
+    assert_the_adapter_answers_differently(answer, job_id)
