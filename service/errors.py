@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
+from sandbox.isolation import SandboxUnavailableError
+
 logger = logging.getLogger(__name__)
 
 # A validation error repeats the input it refused; longer inputs are cut to this many
@@ -82,6 +84,10 @@ class ServiceUnavailable(RFTError):
     status_code = 503
 
 
+class SandboxUnavailable(ServiceUnavailable):
+    pass
+
+
 class InvalidDataset(BadRequest):
     pass
 
@@ -115,6 +121,18 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation_failed(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{**error, "input": echoable_input(error.get("input"))} for error in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
+
+    @app.exception_handler(SandboxUnavailableError)
+    async def _sandbox_unavailable(_: Request, exc: SandboxUnavailableError) -> JSONResponse:
+        # The server, not the request, is at fault (bubblewrap missing, no sandbox uid): the
+        # operator must act, and the client is told what is missing rather than a bare 500.
+        logger.error("the sandbox for user code cannot start: %s", exc)
+        return render_error(
+            SandboxUnavailable(
+                f"this server cannot start the sandbox that runs user code: {exc}. "
+                "The request was not carried out; an operator must fix the server's sandbox."
+            )
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(SQLAlchemyTimeoutError)
