@@ -182,7 +182,8 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
             for entry in trainer.state.log_history
             if "completions/mean_length" in entry
         ]
-        dtype = str(next(trainer.model.parameters()).dtype)
+        model: Any = trainer.model
+        dtype = str(next(model.parameters()).dtype)
     return {"step_s": timer.durations, "mean_length": lengths, "dtype": dtype}
 
 

@@ -55,3 +55,8 @@ def describe_failure(exc: BaseException) -> str:
         f" (at {Path(last_frame[0].filename).name}:{last_frame[0].lineno})" if last_frame else ""
     )
     return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+class TrainingOptionUnavailable(JobFailure):
+    """The job asks for a training option this worker cannot run (QLoRA without a CUDA GPU or
+    bitsandbytes, flash attention without flash-attn...); the message names it."""

@@ -32,6 +32,15 @@ ADAPTER_FILES = (
     "special_tokens_map.json",
     "chat_template.jinja",
 )
+# A job that trained every weight (adapter 'full') leaves a whole model instead: these files
+# (safetensors, sharded or not) beside the tokenizer's.
+WHOLE_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "model-*-of-*.safetensors",
+)
 
 
 def list_checkpoints(session: Session, tenant_id: str, job_id: str) -> CheckpointList:
@@ -84,7 +93,8 @@ def final_adapter_uri(session: Session, tenant_id: str, job_id: str) -> str:
 
 
 def pack_adapter(store: ArtifactStore, uri: str, archive_name: str, base_model: str) -> Path:
-    """A .tar.gz of the adapter files at ``uri``, in a temporary file the caller deletes.
+    """A .tar.gz of the adapter files at ``uri`` (or of the whole model, for a job that
+    trained every weight), in a temporary file the caller deletes.
 
     The adapter names ``base_model`` (what the job was given: a hub id, ``rft-tiny``) as its
     base: PEFT wrote the folder the worker loaded, a path that means nothing elsewhere.
@@ -96,7 +106,10 @@ def pack_adapter(store: ArtifactStore, uri: str, archive_name: str, base_model: 
     with tempfile.TemporaryDirectory() as scratch:
         directory = fetch_for_reading(store, uri, Path(scratch))
         with tarfile.open(handle.name, "w:gz") as archive:
-            for name in ADAPTER_FILES:
+            whole_model = sorted(
+                {path.name for pattern in WHOLE_MODEL_FILES for path in directory.glob(pattern)}
+            )
+            for name in (*ADAPTER_FILES, *whole_model):
                 if name == "adapter_config.json" and (directory / name).is_file():
                     config = named_base_model(directory / name, base_model)
                     entry = tarfile.TarInfo(f"{archive_name}/{name}")

@@ -17,6 +17,11 @@ class AdapterRef(BaseModel):
     """A LoRA adapter in the artifact store (a local folder or an s3:// prefix)."""
 
     uri: str = Field(description="Where the PEFT adapter folder lives.")
+    full_model: bool = Field(
+        False,
+        description="The job trained every weight (adapter 'full'): uri is a whole model, "
+        "served in place of its base model.",
+    )
 
 
 class GenerationRequest(BaseModel):

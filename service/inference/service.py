@@ -51,6 +51,7 @@ from service.inference.schemas import (
     Usage,
 )
 from service.jobs.service import get_job
+from service.models import Job
 from service.server_paths import hide_server_paths
 from service.settings import Settings
 
@@ -77,6 +78,12 @@ class ServedModel:
     name: str
     base_model: str
     adapter_uri: str | None
+    # The job trained every weight: adapter_uri is a whole model (served instead of the base).
+    full_model: bool = False
+
+
+def _trains_every_weight(job: Job) -> bool:
+    return bool((job.hyperparameters or {}).get("adapter") == "full")
 
 
 def fine_tuned_model_name(base_model: str, job_id: str, step: int | None = None) -> str:
@@ -103,7 +110,9 @@ def _resolve_fine_tuned(session: Session, tenant_id: str, name: str) -> ServedMo
         uri = checkpoint_uri(session, tenant_id, job.id, int(step_match.group(1)))
     else:
         uri = final_adapter_uri(session, tenant_id, job.id)
-    return ServedModel(name=name, base_model=job.base_model, adapter_uri=uri)
+    return ServedModel(
+        name=name, base_model=job.base_model, adapter_uri=uri, full_model=_trains_every_weight(job)
+    )
 
 
 def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
@@ -119,13 +128,19 @@ def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
             )
         job = get_job(session, tenant_id, job_id)
         uri = checkpoint_uri(session, tenant_id, job.id, int(match.group(1)))
-        return ServedModel(name=name, base_model=job.base_model, adapter_uri=uri)
+        return ServedModel(
+            name=name,
+            base_model=job.base_model,
+            adapter_uri=uri,
+            full_model=_trains_every_weight(job),
+        )
     if name.startswith(JOB_ID_PREFIX):
         job = get_job(session, tenant_id, name)
         return ServedModel(
             name=name,
             base_model=job.base_model,
             adapter_uri=final_adapter_uri(session, tenant_id, job.id),
+            full_model=_trains_every_weight(job),
         )
     if name in BUILT_IN_MODELS or InferenceRepository(session).tenant_trains_on(tenant_id, name):
         return ServedModel(name=name, base_model=name, adapter_uri=None)
@@ -209,7 +224,11 @@ def _generation_request(
 ) -> GenerationRequest:
     return GenerationRequest(
         base_model=served.base_model,
-        adapter=AdapterRef(uri=served.adapter_uri) if served.adapter_uri else None,
+        adapter=(
+            AdapterRef(uri=served.adapter_uri, full_model=served.full_model)
+            if served.adapter_uri
+            else None
+        ),
         messages=messages,
         prompt=prompt,
         max_tokens=max_tokens,

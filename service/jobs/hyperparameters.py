@@ -26,6 +26,10 @@ SchedulerType = Literal["constant", "constant_with_warmup", "linear", "cosine"]
 RewardScaling = Literal["group", "batch", "none"]
 DeviceSwitch = bool | Literal["auto"]
 PresetName = Literal["tiny-cpu", "small", "medium"]
+AdapterKind = Literal["lora", "full"]
+Quantization = Literal["none", "4bit"]
+AttentionImplementation = Literal["sdpa", "eager", "flash_attention_2"]
+OptimizerName = Literal["adamw_torch", "adamw_8bit"]
 Tracker = Literal["wandb", "mlflow", "tensorboard", "trackio"]
 
 # Like OpenAI's completions API: a few short strings, so matching them costs nothing.
@@ -172,6 +176,32 @@ class Hyperparameters(BaseModel):
         "all-linear",
         description="Which layers get adapters; all linear layers (TRL's LoRA guide: "
         "attention-only LoRA underperforms).",
+    )
+    adapter: AdapterKind = Field(
+        "lora",
+        description="'lora': train a LoRA adapter over the frozen base (the lora_* settings). "
+        "'full': train every weight of the model (no LoRA): the result is a whole model, "
+        "several times the memory (weights, gradients and AdamW's two moments of every "
+        "parameter: ~16 bytes a parameter in bf16 + fp32 optimizer state), and with beta > 0 a "
+        "second, frozen copy as the KL reference.",
+    )
+    quantization: Quantization = Field(
+        "none",
+        description="'4bit': QLoRA, the frozen base loaded in 4-bit NF4 (bitsandbytes) with "
+        "bf16 compute: ~1/4 of the base weights' memory, ~20-40% slower steps. CUDA GPUs only "
+        "(refused at creation on a deployment without one); LoRA only.",
+    )
+    attn_implementation: AttentionImplementation = Field(
+        "sdpa",
+        description="The attention kernel: 'sdpa' (PyTorch's, everywhere), 'eager' (plain "
+        "matrix products; slowest, for debugging), 'flash_attention_2' (CUDA with the "
+        "flash-attn package installed on the workers: less memory at long sequences).",
+    )
+    optimizer: OptimizerName = Field(
+        "adamw_torch",
+        description="'adamw_torch': AdamW with fp32 moments (8 bytes a trained parameter). "
+        "'adamw_8bit': bitsandbytes' 8-bit AdamW (2 bytes a trained parameter; matters for "
+        "adapter='full'); CUDA GPUs only.",
     )
     bf16: DeviceSwitch = Field(
         "auto", description="Train in bfloat16. 'auto': on where the GPU supports it, off on CPU."
@@ -351,8 +381,24 @@ class Hyperparameters(BaseModel):
             raise ValueError("report_to: the same tracker is given twice")
         return trackers
 
+    def cuda_only_options(self) -> list[str]:
+        """The options set here that only a CUDA GPU can run, as a user would name them."""
+        wanted = []
+        if self.quantization == "4bit":
+            wanted.append("quantization '4bit' (QLoRA: bitsandbytes)")
+        if self.optimizer == "adamw_8bit":
+            wanted.append("optimizer 'adamw_8bit' (bitsandbytes)")
+        if self.attn_implementation == "flash_attention_2":
+            wanted.append("attn_implementation 'flash_attention_2'")
+        return wanted
+
     @model_validator(mode="after")
     def _check_combinations(self) -> Hyperparameters:
+        if self.adapter == "full" and self.quantization != "none":
+            raise ValueError(
+                "quantization '4bit' (QLoRA) trains a LoRA adapter over a frozen 4-bit base: "
+                "it cannot be combined with adapter 'full' (4-bit weights cannot be trained)"
+            )
         if isinstance(self.lora_target_modules, list):
             if not self.lora_target_modules:
                 raise ValueError("lora_target_modules: give at least one module or 'all-linear'")

@@ -25,6 +25,7 @@ from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
+from service.jobs.device_options import check_cuda_only_options
 from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
@@ -95,6 +96,7 @@ def create_job(
     _check_validation_source(session, tenant_id, payload, dataset.row_count)
     devices_warning = _check_devices(payload)
     check_gpu_memory(payload, get_settings())  # 400: vLLM and the trainer fit no worker's GPU
+    check_cuda_only_options(payload, get_settings())  # 400: QLoRA etc. on a CPU-only deployment
 
     job = Job(
         id=new_id("job"),

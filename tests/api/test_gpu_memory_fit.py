@@ -132,3 +132,54 @@ def test_nothing_is_checked_where_vllm_does_not_generate_on_a_known_gpu(
     withdraw_capacity(api[0].redis_url or "", "gpu-transformers")
     gpu_worker("gpu-unknown", vllm=True)
     assert create(client, models, {}).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ({"quantization": "4bit"}, "quantization '4bit' (QLoRA"),
+        ({"optimizer": "adamw_8bit"}, "optimizer 'adamw_8bit'"),
+        ({"attn_implementation": "flash_attention_2"}, "flash_attention_2"),
+    ],
+)
+def test_cuda_only_options_are_refused_where_every_worker_is_cpu_only(
+    api: tuple[LocalStack, httpx.Client], models: Path, option: dict[str, Any], named: str
+) -> None:
+    stack, client = api
+    assert stack.redis_url
+    # No worker running: the job is accepted and waits for one (a GPU worker may come).
+    assert create(client, models, option).status_code == 201
+    advertise_capacity(stack.redis_url, "cpu-only", 1, 60, "cpu")
+    try:
+        refused = create(client, models, option)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "OptionNeedsCuda"
+        detail = refused.json()["detail"]
+        assert named in detail and "need a CUDA GPU" in detail, detail
+        assert "1 running worker(s)" in detail, detail
+    finally:
+        withdraw_capacity(stack.redis_url, "cpu-only")
+
+
+def test_cuda_only_options_are_accepted_where_a_gpu_worker_runs(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    stack, client = api
+    assert stack.redis_url
+    advertise_capacity(stack.redis_url, "cpu-too", 1, 60, "cpu")
+    gpu_worker("gpu-any", gpu_memory_gib=None, vllm=False)
+    try:
+        accepted = create(client, models, {"quantization": "4bit", "optimizer": "adamw_8bit"})
+        assert accepted.status_code == 201, accepted.text
+        assert accepted.json()["hyperparameters"]["quantization"] == "4bit"
+    finally:
+        withdraw_capacity(stack.redis_url, "cpu-too")
+
+
+def test_qlora_with_full_fine_tuning_is_422(
+    api: tuple[LocalStack, httpx.Client], models: Path
+) -> None:
+    _, client = api
+    refused = create(client, models, {"adapter": "full", "quantization": "4bit"})
+    assert refused.status_code == 422
+    assert "cannot be combined with adapter 'full'" in refused.text

@@ -91,3 +91,22 @@ def test_a_job_trains_on_one_gpu_in_bf16_and_its_adapter_answers(
         return str(response.json()["choices"][0]["message"]["content"])
 
     assert_the_adapter_answers_differently(answer, job_id)
+
+
+def test_a_qlora_job_with_the_8bit_optimizer_trains_on_one_gpu(
+    one_gpu_stack: LocalStack, one_gpu_client: httpx.Client
+) -> None:
+    """QLoRA: the frozen base in 4-bit NF4 (bitsandbytes), a bf16 LoRA adapter over it, and
+    bitsandbytes' 8-bit AdamW. Needs the `qlora` extra on the worker."""
+    pytest.importorskip("bitsandbytes", reason="the qlora extra (bitsandbytes) is not installed")
+    job = train_a_share_job(
+        one_gpu_client, train_steps=3, quantization="4bit", optimizer="adamw_8bit"
+    )
+    trained_on = [
+        line for line in worker_logs(one_gpu_stack).splitlines() if "training on " in line
+    ]
+    assert "over a 4-bit NF4 base (QLoRA)" in trained_on[-1], trained_on
+    assert "adamw_bnb_8bit" in trained_on[-1], trained_on
+    steps = all_pages(one_gpu_client, f"/v1/jobs/{job['id']}/steps")
+    assert [step["step"] for step in steps] == [1, 2, 3]
+    assert all(step["loss"] is not None for step in steps), steps

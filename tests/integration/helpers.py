@@ -79,9 +79,14 @@ PROMPT = "Write about cats:"
 
 
 def train_a_share_job(
-    client: httpx.Client, *, train_steps: int, checkpoint_every: int | None = None
+    client: httpx.Client,
+    *,
+    train_steps: int,
+    checkpoint_every: int | None = None,
+    **hyperparameters: Any,
 ) -> dict[str, Any]:
-    """A chat job trained towards 'a' (learning rate high enough to change answers), finished."""
+    """A chat job trained towards 'a' (learning rate high enough to change answers), finished;
+    ``hyperparameters`` override the job's."""
     topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
     rows = [{"prompt": [{"role": "user", "content": f"Write about {t}:"}]} for t in topics]
     extra = {} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}
@@ -95,6 +100,7 @@ def train_a_share_job(
                 "learning_rate": 5e-2,
                 "train_steps": train_steps,
                 **extra,
+                **hyperparameters,
             },
         },
     )

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.step_reporting",
             "workers.training.stop_sequences",
             "workers.training.model_building",
+            "workers.training.model_options",
             "workers.training.tiny_model",
             "workers.training.tiny_tool_model",
             "workers.training.trackers",

@@ -36,6 +36,9 @@ from service.settings import Settings
 from workers.training.generation import Generation, choose_generation
 from workers.training.tiny_model import BUILT_IN_MODEL_NAMES, resolve_base_model
 
+# The base-model name a fully fine-tuned job's model is loaded under (never a hub id or path).
+WHOLE_MODEL_PREFIX = "whole-model:"
+
 logger = logging.getLogger(__name__)
 
 
@@ -80,6 +83,8 @@ class ModelPool:
         # vLLM names each adapter by a positive integer too; kept for the process's life.
         self._lora_ids: dict[str, int] = {}
         self._bases: OrderedDict[str, LoadedBase] = OrderedDict()
+        # Whole models of jobs that trained every weight: their serving name -> local folder.
+        self._whole_models: dict[str, str] = {}
         self._lock = threading.Lock()
 
     @property
@@ -161,7 +166,21 @@ class ModelPool:
             model=engine, tokenizer=tokenizer, context_length=vllm_engine.context_length(engine)
         )
 
+    def _as_whole_model(self, request: GenerationRequest) -> GenerationRequest:
+        """A job that trained every weight (adapter 'full') left a whole model, not an adapter:
+        it is served as a base model of its own, with no adapter over it."""
+        if request.adapter is None or not request.adapter.full_model:
+            return request
+        name = adapter_name(request.adapter.uri)
+        key = f"{WHOLE_MODEL_PREFIX}{name}"
+        if key not in self._whole_models:
+            directory = self._adapter_directory(request.adapter.uri, name, marker="config.json")
+            self._whole_models[key] = str(directory)
+        return request.model_copy(update={"base_model": key, "adapter": None})
+
     def _base_model_path(self, name: str) -> str:
+        if name in self._whole_models:
+            return self._whole_models[name]
         if name in BUILT_IN_MODEL_NAMES:
             return resolve_base_model(name, self.settings.resolved_model_cache_dir)
         if name.startswith("/"):
@@ -198,10 +217,13 @@ class ModelPool:
             base.model.delete_adapter(evicted)
         return name
 
-    def _adapter_directory(self, uri: str, name: str) -> Path:
+    def _adapter_directory(
+        self, uri: str, name: str, *, marker: str = "adapter_config.json"
+    ) -> Path:
+        """The local folder of an artifact (``marker``: the file it must hold)."""
         if uri.startswith(S3_SCHEME):
             cache = self.settings.state_dir.resolve() / "inference" / "adapters" / name
-            if (cache / "adapter_config.json").is_file():
+            if (cache / marker).is_file():
                 return cache
             cache.parent.mkdir(parents=True, exist_ok=True)
             return self.store.fetch_directory(uri, cache)
@@ -210,7 +232,7 @@ class ModelPool:
         # with a path outside the artifact folder.
         if not directory.is_relative_to(self.settings.resolved_artifacts_dir):
             raise InferenceInputError("this adapter is not in the artifact store")
-        if not (directory / "adapter_config.json").is_file():
+        if not (directory / marker).is_file():
             raise InferenceInputError("this adapter is no longer in the artifact store")
         return directory
 
@@ -232,6 +254,7 @@ class ModelPool:
     # Generation ----------------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> GenerationResult:
         with self._lock:
+            request = self._as_whole_model(request)
             base = self._base(request.base_model)
             if self.uses_vllm:
                 return self._generate_vllm(base, request)
@@ -264,6 +287,7 @@ class ModelPool:
 
         cancelled = threading.Event()
         with self._lock:
+            request = self._as_whole_model(request)
             base = self._base(request.base_model)
             if request.adapter is not None:
                 self._activate_adapter(base, request.adapter.uri)

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from peft import LoraConfig
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -25,6 +24,7 @@ from trl import GRPOConfig
 from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
 from service.jobs.hyperparameters import Hyperparameters
+from workers.training import model_options
 from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
@@ -157,14 +157,20 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
     dtype = torch.bfloat16 if use_bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    model_options.check_runnable(hp, use_cuda=use_cuda)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, **model_options.model_load_kwargs(hp, dtype=dtype)
+    )
     # Where and how this rank trains, in the worker's log: the one line that tells a GPU job
     # from one that fell back to CPU.
     logger.info(
-        "training on %s in %s (activation checkpointing %s)",
+        "training on %s in %s (activation checkpointing %s): %s, attention %s, optimizer %s",
         f"cuda ({torch.cuda.get_device_name()})" if use_cuda else "cpu",
         str(dtype).removeprefix("torch."),
         "on" if args.gradient_checkpointing else "off",
+        model_options.describe(hp),
+        hp.attn_implementation,
+        args.optim,
     )
     trainer = RecordingGRPOTrainer(
         model=model,
@@ -178,13 +184,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
             ),
         ),
         processing_class=tokenizer,
-        peft_config=LoraConfig(
-            r=hp.lora_rank,
-            lora_alpha=hp.lora_alpha,
-            lora_dropout=hp.lora_dropout,
-            target_modules=hp.lora_target_modules,
-            task_type="CAUSAL_LM",
-        ),
+        peft_config=model_options.peft_config(hp),
         max_prompt_length=hp.max_prompt_length,
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,
@@ -269,6 +269,7 @@ def _grpo_config(
         steps_per_generation=accumulation,
         num_iterations=1,
         num_generations=hp.num_generations,
+        optim=model_options.optimizer_name(hp),
         max_completion_length=hp.max_completion_length,
         temperature=hp.temperature,
         top_p=hp.top_p,

@@ -114,6 +114,16 @@ class Hyperparameters(BaseModel):
     lora_alpha: int | None = Field(None, ge=1)
     lora_dropout: float | None = Field(None, ge=0, lt=1)
     lora_target_modules: list[str] | Literal["all-linear"] | None = None
+    adapter: Literal["lora", "full"] | None = Field(
+        None, description="'lora' (the default) or 'full': train every weight, no LoRA."
+    )
+    quantization: Literal["none", "4bit"] | None = Field(
+        None, description="'4bit': QLoRA (the base in 4-bit NF4); CUDA GPUs only."
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = None
+    optimizer: Literal["adamw_torch", "adamw_8bit"] | None = Field(
+        None, description="'adamw_8bit': bitsandbytes' 8-bit AdamW; CUDA GPUs only."
+    )
     bf16: bool | Literal["auto"] | None = None
     activation_checkpointing: bool | Literal["auto"] | None = None
     seed: int | None = Field(None, ge=0)
