@@ -5,6 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The vLLM environment builds (minutes of downloads and unpacking on a fresh machine) while the
+# main suite runs; the vLLM stage waits for it.
+vllm_setup_pid=""
+vllm_setup_log="$(mktemp -t rft-setup-vllm.XXXXXX.log)"
+if [ "${RFT_TEST_VLLM:-1}" != 0 ]; then
+  bash scripts/setup_vllm.sh >"$vllm_setup_log" 2>&1 &
+  vllm_setup_pid=$!
+  trap '[ -n "$vllm_setup_pid" ] && kill "$vllm_setup_pid" 2>/dev/null; rm -f "$vllm_setup_log"' EXIT
+fi
 # In CI a missing sandbox layer (bubblewrap, cgroups, seccomp) or Chromium fails the tests that
 # need it instead of skipping them: CI would otherwise pass with them gone (tests/layers.py).
 if [ "${CI:-}" = true ]; then
@@ -18,5 +27,13 @@ mypy
 python -m pytest "$@"
 # The vLLM tests skipped above (no vllm in .venv) run here, where vLLM missing is an error.
 if [ "${RFT_TEST_VLLM:-1}" != 0 ]; then
+  if ! wait "$vllm_setup_pid"; then
+    vllm_setup_pid=""
+    echo "scripts/setup_vllm.sh failed:" >&2
+    cat "$vllm_setup_log" >&2
+    exit 1
+  fi
+  vllm_setup_pid=""
+  cat "$vllm_setup_log"
   bash scripts/test_vllm.sh
 fi
