@@ -24,6 +24,7 @@ from trl import GRPOConfig
 
 from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
+from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
@@ -33,6 +34,7 @@ from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.spec import TrainingOutcome, TrainingSpec
+from workers.training.starting_weights import StartingOptimizerState, with_starting_adapter
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
 from workers.training.vllm_memory import colocated_memory_plan
@@ -108,6 +110,10 @@ def _train_and_save(
         ),
     )
     trainer.add_callback(reporter)
+    if spec.init_optimizer and spec.resume_from_checkpoint is None:
+        # A resume has its own optimizer state, in its checkpoint.
+        assert spec.init_adapter is not None
+        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
 
     resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
     trainer.train(resume_from_checkpoint=resume)
@@ -159,6 +165,15 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
     )
+    lora = LoraConfig(
+        r=hp.lora_rank,
+        lora_alpha=hp.lora_alpha,
+        lora_dropout=hp.lora_dropout,
+        target_modules=hp.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    if spec.init_adapter is not None:
+        model = with_starting_adapter(model, spec.init_adapter, lora, args)
     trainer = RecordingGRPOTrainer(
         model=model,
         reward_funcs=[dispatcher],
@@ -171,13 +186,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
             ),
         ),
         processing_class=tokenizer,
-        peft_config=LoraConfig(
-            r=hp.lora_rank,
-            lora_alpha=hp.lora_alpha,
-            lora_dropout=hp.lora_dropout,
-            target_modules=hp.lora_target_modules,
-            task_type="CAUSAL_LM",
-        ),
+        # A fresh adapter, unless the model already wears the job's starting one.
+        peft_config=lora if spec.init_adapter is None else None,
         max_prompt_length=hp.max_prompt_length,
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,
