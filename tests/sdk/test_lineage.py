@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 import rft
 from rft.cli.files import read_job_spec
-from rft.resources.jobs import _create_request
 from service.stack import LocalStack
-from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
+from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, create_request_body
 
 FORMAT = (
     "def starts_upper(prompt, completion, example):\n    return float(completion[:1].isupper())\n"
@@ -66,35 +64,18 @@ def test_a_second_stage_continues_from_the_first(
     assert job.parent_checkpoint_step == 2
 
 
-def request_body(**fields: Any) -> dict[str, Any]:
-    options = _create_request(
-        dataset="ds_x",
-        reward_functions={"f": FORMAT},
-        reward_module=None,
-        hyperparameters=None,
-        name=None,
-        allow_network=False,
-        runtime_packages=(),
-        secrets=None,
-        idempotency_key="key",
-        **fields,
-    )
-    assert options.json is not None
-    return dict(options.json)
-
-
 def test_init_from_takes_a_job_or_its_id_and_leaves_the_base_model_to_the_server(
     dataset: rft.Dataset, idle_job: rft.Job
 ) -> None:
-    body = request_body(base_model=None, init_from=idle_job)
+    body = create_request_body(base_model=None, init_from=idle_job)
     assert body["init_from"] == idle_job.id and "base_model" not in body
     assert "init_from_optimizer" not in body
-    body = request_body(
+    body = create_request_body(
         base_model="rft-tiny", init_from=f"{idle_job.id}:checkpoint-3", init_from_optimizer=True
     )
     assert (body["base_model"], body["init_from"]) == ("rft-tiny", f"{idle_job.id}:checkpoint-3")
     assert body["init_from_optimizer"] is True
-    fresh = request_body(base_model=None)
+    fresh = create_request_body(base_model=None)
     assert "init_from" not in fresh and "base_model" not in fresh
 
 
