@@ -114,7 +114,8 @@ def _starting_weights(job: Job, store: ArtifactStore, output_dir: Path) -> Path 
     if job.init_adapter_path is None:
         return None
     if not store.exists(job.init_adapter_path):
-        start = InitFrom(job.parent_job_id or "?", job.parent_checkpoint_step)
+        assert job.parent_job_id is not None  # stored with the copy, at creation
+        start = InitFrom(job.parent_job_id, job.parent_checkpoint_step)
         raise StartingWeightsMissing(
             f"this job's copy of its starting weights (init_from {str(start)!r}) is no "
             "longer in the artifact store"

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from peft import LoraConfig
+from peft import LoraConfig, PeftModel
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     PrinterCallback,
 )
@@ -162,7 +163,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
-    model = AutoModelForCausalLM.from_pretrained(
+    base = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if use_bf16 else torch.float32
     )
     lora = LoraConfig(
@@ -172,8 +173,11 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         target_modules=hp.lora_target_modules,
         task_type="CAUSAL_LM",
     )
-    if spec.init_adapter is not None:
-        model = with_starting_adapter(model, spec.init_adapter, lora, args)
+    model: PreTrainedModel | PeftModel = (
+        base
+        if spec.init_adapter is None
+        else with_starting_adapter(base, spec.init_adapter, lora, args)
+    )
     trainer = RecordingGRPOTrainer(
         model=model,
         reward_funcs=[dispatcher],
