@@ -4,15 +4,19 @@ state), and a resume of that job continues from its own checkpoint, not from the
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
-from peft import get_peft_model_state_dict
+from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from sandbox.api import RewardSandbox
 from workers.training.grpo import TrainingOutcome, TrainingSpec, build_trainer, run_grpo
 from workers.training.reward_dispatch import RewardDispatcher
+from workers.training.starting_weights import reference_in_adapter_dtype
+from workers.training.tiny_model import resolve_base_model
 
 from .harness import RecordingObserver
 
@@ -97,3 +101,23 @@ def test_the_optimizer_state_carries_on_from_the_checkpoint(
     assert {float(state["step"]) for state in after["state"].values()} == {3.0}
     assert {group["lr"] for group in after["param_groups"]} == {1e-3}
     assert {group["lr"] for group in saved["param_groups"]} != {1e-3}
+
+
+def test_the_kl_reference_keeps_the_dtype_of_the_adapter_it_copies(
+    parent: TrainingOutcome, model_cache_dir: Path
+) -> None:
+    base = AutoModelForCausalLM.from_pretrained(
+        resolve_base_model("rft-tiny", model_cache_dir), dtype=torch.bfloat16
+    )
+    # As the trainer loads it under ZeRO-3, then as TRL adds its reference copy (beta > 0).
+    model = PeftModel.from_pretrained(
+        base, str(parent.adapter_path), is_trainable=True, autocast_adapter_dtype=False
+    )
+    model.add_adapter("ref", model.peft_config["default"])
+
+    def dtypes(adapter: str) -> set[torch.dtype]:
+        return {p.dtype for name, p in model.named_parameters() if f".{adapter}." in name}
+
+    assert (dtypes("default"), dtypes("ref")) == ({torch.bfloat16}, {torch.float32})
+    reference_in_adapter_dtype(model)
+    assert dtypes("ref") == {torch.bfloat16}

@@ -35,7 +35,11 @@ from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.spec import TrainingOutcome, TrainingSpec
-from workers.training.starting_weights import StartingOptimizerState, with_starting_adapter
+from workers.training.starting_weights import (
+    StartingOptimizerState,
+    reference_in_adapter_dtype,
+    with_starting_adapter,
+)
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
 from workers.training.vllm_memory import colocated_memory_plan
@@ -199,6 +203,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         agent_session=dispatcher.agents,
     )
     try:
+        if spec.init_adapter is not None:
+            reference_in_adapter_dtype(trainer.model)
         # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
         trainer.remove_callback(PrinterCallback)
         trainer.set_sampling(

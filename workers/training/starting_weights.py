@@ -33,6 +33,21 @@ def with_starting_adapter(
     )
 
 
+def reference_in_adapter_dtype(model: torch.nn.Module) -> None:
+    """Keep TRL's frozen reference copy of the starting adapter (``ref``, made with beta > 0)
+    in the dtype of the adapter it copies. TRL adds it with PEFT's float32 upcast, which under
+    ZeRO-3 (adapter in bf16, as ``with_starting_adapter`` loads it) mixes dtypes, as trl#6089
+    does for a fresh adapter; elsewhere both are already alike and nothing changes."""
+    dtypes = {
+        name.replace(".default.", ".ref."): param.dtype
+        for name, param in model.named_parameters()
+        if ".default." in name
+    }
+    for name, param in model.named_parameters():
+        if name in dtypes and param.dtype != dtypes[name]:
+            param.data = param.data.to(dtypes[name])
+
+
 class StartingOptimizerState(TrainerCallback):
     """Before the first step of a fresh run, the optimizer takes the state saved in
     ``optimizer_file`` (Adam's moment estimates and step counts of every parameter); its
