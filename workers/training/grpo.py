@@ -204,7 +204,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     )
     try:
         if spec.init_adapter is not None:
-            reference_in_adapter_dtype(trainer.model)
+            reference_in_adapter_dtype(model)  # the trainer's own: TRL did not wrap it again
         # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
         trainer.remove_callback(PrinterCallback)
         trainer.set_sampling(
