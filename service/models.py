@@ -140,6 +140,16 @@ class Job(Base):
     num_devices: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
     num_nodes: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
     engine: Mapped[str] = mapped_column(String(32), default="ddp", server_default=text("'ddp'"))
+    # Lineage (init_from): the job whose adapter, or checkpoint at parent_checkpoint_step,
+    # this one started from. No foreign key: the lineage outlives the parent's row, and the
+    # starting weights were copied at creation to init_adapter_path, this job's own.
+    parent_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    parent_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    init_adapter_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The optimizer starts from the checkpoint's state (its optimizer.pt is in the copy too).
+    init_from_optimizer: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -37,6 +37,10 @@ class EngineUnavailable(JobFailure):
     """This worker cannot run the engine a job asks for; the message says why."""
 
 
+class StartingWeightsMissing(JobFailure):
+    """The job's copy of its init_from weights is gone from the artifact store."""
+
+
 class NodeLost(RuntimeError):
     """A job over several machines lost one of them (or was taken from this one): not the
     job's failure, the job resumes from its last checkpoint on a fresh placement."""

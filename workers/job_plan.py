@@ -14,12 +14,15 @@ from sqlalchemy.orm import Session
 from service.artifacts.storage import ArtifactStore
 from service.datasets.repository import DatasetRepository
 from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.lineage import INITIAL_ADAPTER
 from service.jobs.repository import JobRepository
+from service.jobs.schemas import InitFrom
 from service.jobs.service import split_validation
 from service.models import Checkpoint, Job
 from service.secrets import unseal
 from service.settings import Settings
 from workers.database_observer import load_reward_config
+from workers.failures import StartingWeightsMissing
 from workers.runtime_packages import install_runtime_packages
 from workers.training.generation import choose_generation
 from workers.training.rank_process import RankJob
@@ -51,6 +54,7 @@ def plan_job(
     job = JobRepository(session).get_any_tenant(job_id)
     assert job is not None
     dataset, validation = _training_and_validation_rows(session, job)
+    output_dir = settings.resolved_artifacts_dir / job_id
     spec = TrainingSpec(
         base_model=job.base_model,
         dataset=dataset,
@@ -59,11 +63,12 @@ def plan_job(
             session, job_id, job.config_version, unseal(job.secrets_sealed, settings)
         ),
         hyperparameters=Hyperparameters.from_stored(job.hyperparameters),
-        output_dir=settings.resolved_artifacts_dir / job_id,
+        output_dir=output_dir,
         model_cache_dir=settings.resolved_model_cache_dir,
-        resume_from_checkpoint=_usable(
-            resume_from, store, settings.resolved_artifacts_dir / job_id
-        ),
+        resume_from_checkpoint=_usable(resume_from, store, output_dir),
+        # On a resume too: the model is built as at the start, then the checkpoint loads.
+        init_adapter=_starting_weights(job, store, output_dir),
+        init_optimizer=job.init_from_optimizer,
         # Settings this machine cannot honour fail the job here, before any work.
         generation=choose_generation(settings),
     )
@@ -102,6 +107,20 @@ def _training_and_validation_rows(
     if job.validation_split is not None:
         return split_validation(rows, job.validation_split)
     return rows, None
+
+
+def _starting_weights(job: Job, store: ArtifactStore, output_dir: Path) -> Path | None:
+    """The job's own copy of its init_from weights as a local folder (fetched from S3)."""
+    if job.init_adapter_path is None:
+        return None
+    if not store.exists(job.init_adapter_path):
+        assert job.parent_job_id is not None  # stored with the copy, at creation
+        start = InitFrom(job.parent_job_id, job.parent_checkpoint_step)
+        raise StartingWeightsMissing(
+            f"this job's copy of its starting weights (init_from {str(start)!r}) is no "
+            "longer in the artifact store"
+        )
+    return store.fetch_directory(job.init_adapter_path, output_dir / INITIAL_ADAPTER)
 
 
 def _usable(checkpoint: Checkpoint | None, store: ArtifactStore, output_dir: Path) -> Path | None:

@@ -15,23 +15,11 @@ from sqlalchemy.orm import Session
 
 from service.artifacts.repository import CheckpointRepository
 from service.artifacts.schemas import Checkpoint, CheckpointList
-from service.artifacts.storage import ArtifactStore, fetch_for_reading
+from service.artifacts.storage import ADAPTER_FILES, ArtifactStore, fetch_for_reading
 from service.errors import NotFound
 from service.jobs.service import get_job
 from service.jobs.step_repository import StepRepository
 
-# A PEFT adapter is these files; optimizer, scheduler and RNG state stay on the server
-# (they are for resuming, not for serving).
-ADAPTER_FILES = (
-    "adapter_config.json",
-    "adapter_model.safetensors",
-    "adapter_model.bin",
-    "README.md",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
 # A job that trained every weight (adapter 'full') leaves a whole model instead: these files
 # (safetensors, sharded or not) beside the tokenizer's.
 WHOLE_MODEL_FILES = (

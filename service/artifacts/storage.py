@@ -5,12 +5,28 @@ folder); the store is what survives the machine."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from service.settings import Settings
 
 S3_SCHEME = "s3://"
+# A PEFT adapter is these files (a folder's top level); optimizer, scheduler and RNG state
+# stay on the server (they are for resuming, not for serving).
+ADAPTER_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "README.md",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+# What a checkpoint keeps of the optimizer when one process holds all of it (DDP; DeepSpeed and
+# FSDP keep theirs in shards of their own).
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 class ArtifactStore(Protocol):
@@ -24,9 +40,21 @@ class ArtifactStore(Protocol):
 
     def exists(self, uri: str) -> bool: ...
 
+    def top_level_files(self, uri: str) -> set[str]:
+        """The names of the files directly in the artifact at ``uri``."""
+        ...
+
+    def copy_files(self, uri: str, names: Iterable[str], key: str) -> str:
+        """Copy the files ``names`` of the artifact at ``uri`` to a new artifact under
+        ``key``, whole or not at all; returns its URI."""
+        ...
+
 
 class LocalArtifactStore:
-    """Artifacts stay where training wrote them, under RFT_ARTIFACTS_DIR."""
+    """Artifacts stay where training wrote them, under RFT_ARTIFACTS_DIR (``root``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
 
     def save_directory(self, local: Path, key: str) -> str:
         return str(local.resolve())
@@ -36,6 +64,20 @@ class LocalArtifactStore:
 
     def exists(self, uri: str) -> bool:
         return Path(uri).is_dir()
+
+    def top_level_files(self, uri: str) -> set[str]:
+        return {path.name for path in Path(uri).iterdir() if path.is_file()}
+
+    def copy_files(self, uri: str, names: Iterable[str], key: str) -> str:
+        destination = (self.root / key).resolve()
+        partial = destination.with_name(destination.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for name in names:
+            shutil.copy2(Path(uri) / name, partial / name)
+        shutil.rmtree(destination, ignore_errors=True)
+        partial.rename(destination)
+        return str(destination)
 
 
 class S3ArtifactStore:
@@ -104,6 +146,22 @@ class S3ArtifactStore:
     def exists(self, uri: str) -> bool:
         return bool(self._objects(uri))
 
+    def top_level_files(self, uri: str) -> set[str]:
+        _, root = self._split(uri)
+        relative = (key.removeprefix(f"{root}/") for key in self._objects(uri))
+        return {name for name in relative if "/" not in name}
+
+    def copy_files(self, uri: str, names: Iterable[str], key: str) -> str:
+        # Server-side copies: the bytes never pass through this machine. A reader goes by the
+        # database row, written after the copy, so a copy cut short is never read.
+        bucket, root = self._split(uri)
+        target = self._key(key)
+        for name in names:
+            self.client.copy(
+                {"Bucket": bucket, "Key": f"{root}/{name}"}, self.bucket, f"{target}/{name}"
+            )
+        return f"{S3_SCHEME}{self.bucket}/{target}"
+
 
 def artifact_store(settings: Settings) -> ArtifactStore:
     if settings.artifact_store == "s3":
@@ -121,7 +179,7 @@ def artifact_store(settings: Settings) -> ArtifactStore:
             ),
             region=settings.s3_region,
         )
-    return LocalArtifactStore()
+    return LocalArtifactStore(settings.resolved_artifacts_dir)
 
 
 def fetch_for_reading(store: ArtifactStore, uri: str, scratch: Path) -> Path:

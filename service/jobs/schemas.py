@@ -1,13 +1,15 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -41,6 +43,33 @@ TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
 # Engines that run only on CUDA GPUs (FSDP on CPU silently trains as plain DDP).
 CUDA_ONLY_ENGINES = frozenset({"fsdp"})
+
+
+# "job_…" (its final adapter) or "job_…:checkpoint-N" (its checkpoint after step N).
+INIT_FROM_FORMAT = re.compile(r"(job_[A-Za-z0-9]{1,60})(?::checkpoint-([0-9]{1,9}))?")
+
+
+class InitFrom(NamedTuple):
+    """Where a job's starting weights come from: a job's final adapter, or one checkpoint."""
+
+    job_id: str
+    checkpoint_step: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> InitFrom:
+        match = INIT_FROM_FORMAT.fullmatch(text)
+        if match is None:
+            raise ValueError(
+                f"init_from: expected 'job_…' (a job's final adapter) or "
+                f"'job_…:checkpoint-N' (its checkpoint after step N), got {text[:80]!r}"
+            )
+        step = match.group(2)
+        return cls(match.group(1), int(step) if step is not None else None)
+
+    def __str__(self) -> str:
+        if self.checkpoint_step is None:
+            return self.job_id
+        return f"{self.job_id}:checkpoint-{self.checkpoint_step}"
 
 
 class JobCreate(RewardFunctionsInput, AgentCodeInput):
@@ -122,6 +151,51 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
         "worker. 'fsdp' (PyTorch's FSDP2: parameters, gradients and optimizer state sharded, "
         "like ZeRO-3, without DeepSpeed; CUDA GPUs only).",
     )
+    init_from: str | None = Field(
+        None,
+        max_length=120,
+        description="Start from the LoRA weights of one of your jobs with the same base model: "
+        "'job_…' (its final adapter; the job must have succeeded) or 'job_…:checkpoint-N' "
+        "(its checkpoint after step N, also of a running, paused or failed job). The "
+        "weights are copied at creation: deleting the parent later does not touch this job. "
+        "base_model and lora_rank, lora_alpha and lora_target_modules are the parent's "
+        "unless given (then they must equal the parent's); everything else, the optimizer "
+        "included, starts fresh.",
+    )
+    init_from_optimizer: bool = Field(
+        False,
+        description="With init_from 'job_…:checkpoint-N' of a job trained with engine "
+        "'ddp', and engine 'ddp' here: also start the optimizer from that checkpoint's state "
+        "(Adam's moment estimates); this job's own learning rate and schedule apply.",
+    )
+
+    @field_validator("init_from")
+    @classmethod
+    def _check_init_from(cls, init_from: str | None) -> str | None:
+        if init_from is not None:
+            InitFrom.parse(init_from)
+        return init_from
+
+    @property
+    def starting_point(self) -> InitFrom | None:
+        return InitFrom.parse(self.init_from) if self.init_from is not None else None
+
+    @model_validator(mode="after")
+    def _optimizer_state_from_a_checkpoint(self) -> JobCreate:
+        if not self.init_from_optimizer:
+            return self
+        start = self.starting_point
+        if start is None or start.checkpoint_step is None:
+            raise ValueError(
+                "init_from_optimizer needs init_from 'job_…:checkpoint-N': a final adapter "
+                "keeps no optimizer state, a checkpoint does"
+            )
+        if self.engine != "ddp":
+            raise ValueError(
+                f"init_from_optimizer needs engine 'ddp' (this job asks for {self.engine!r}): "
+                "DeepSpeed and FSDP keep the optimizer state in shards of their own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _something_scores(self) -> JobCreate:
@@ -188,9 +262,28 @@ class Job(BaseModel):
     num_devices: int = 1
     num_nodes: int = 1
     engine: str = "ddp"
+    parent_job_id: str | None = Field(
+        None,
+        description="The job whose weights this one started from (init_from); kept after "
+        "that job is deleted.",
+    )
+    parent_checkpoint_step: int | None = Field(
+        None, description="The parent's checkpoint it started from; null: its final adapter."
+    )
+    init_from_optimizer: bool = False
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="What the job was created with: 'job_…' or 'job_…:checkpoint-N'; null "
+        "for a job that started from fresh LoRA weights."
+    )
+    @property
+    def init_from(self) -> str | None:
+        if self.parent_job_id is None:
+            return None
+        return str(InitFrom(self.parent_job_id, self.parent_checkpoint_step))
 
     @property
     def train_steps(self) -> int:

@@ -17,6 +17,7 @@ from service.agent_code.service import (
     load_agent_code,
     require_scores,
 )
+from service.artifacts.storage import artifact_store
 from service.base_models.service import check_base_model
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
@@ -27,6 +28,7 @@ from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
 from service.jobs.device_options import check_cuda_only_options
 from service.jobs.gpu_fit import check_gpu_memory
+from service.jobs.lineage import pin_starting_weights, resolve_init_from
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.status import JobStatus, ensure_transition
@@ -63,6 +65,9 @@ def create_job(
         if existing is not None:
             return existing
     dataset = get_dataset(session, tenant_id, payload.dataset_id)  # 404: unknown or foreign
+    store = artifact_store(get_settings())
+    # First: the parent may give the job its base model and LoRA shape.
+    payload, starting_weights = resolve_init_from(session, tenant_id, payload, store)
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     forms = check_reward_functions(payload.reward_functions)
     tools, environments = agent_code_specs(
@@ -116,6 +121,9 @@ def create_job(
         num_devices=payload.num_devices,
         num_nodes=payload.num_nodes,
         engine=payload.engine,
+        parent_job_id=starting_weights.start.job_id if starting_weights else None,
+        parent_checkpoint_step=starting_weights.start.checkpoint_step if starting_weights else None,
+        init_from_optimizer=payload.init_from_optimizer,
         idempotency_key=idempotency_key,
     )
     try:
@@ -129,6 +137,9 @@ def create_job(
             if winner is not None:
                 return winner
         raise
+    if starting_weights is not None:
+        # After the insert, so a request that lost the idempotency race copies nothing.
+        job.init_adapter_path = pin_starting_weights(store, starting_weights, job.id)
     configs = JobConfigRepository(session)
     for name, function in payload.reward_functions.items():
         configs.add_function_version(

@@ -357,6 +357,28 @@ def test_a_deepspeed_job_matches_ddp_step_for_step(
         assert sharded == pytest.approx(ddp, abs=1e-4)
 
 
+@NEEDS_DEEPSPEED
+def test_a_zero3_child_starts_from_a_one_rank_parent(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    """init_from across world sizes and engines: both ZeRO-3 ranks put the job's copy of the
+    parent's checkpoint on their model, in the base model's dtype, before DeepSpeed shards it;
+    with a KL term, whose reference is that adapter, zero at the first step. (DDP ranks load
+    it as one process does: tests/training/test_starting_weights.py.)"""
+    parent_request = job_request(ranks_client, train_steps=2, checkpoint_every=1, num_devices=1)
+    parent = wait_for(ranks_client, str(create_job(ranks_client, parent_request)["id"]))
+    assert parent["status"] == "succeeded", parent.get("failure_reason")
+    request = job_request(ranks_client, train_steps=2)
+    request.update(engine="deepspeed_zero3", init_from=f"{parent['id']}:checkpoint-1")
+    request["hyperparameters"]["beta"] = 0.04
+    job = wait_for(ranks_client, str(create_job(ranks_client, request)["id"]), timeout_s=900)
+    assert job["status"] == "succeeded", job.get("failure_reason")
+    assert job["parent_job_id"] == parent["id"]
+    assert_every_completion_once(ranks_client, job["id"], 2)
+    steps = ranks_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+    assert steps[0]["kl"] == 0.0 and steps[1]["kl"] > 0, steps
+
+
 def assert_every_completion_once(client: httpx.Client, job_id: str, train_steps: int) -> None:
     """Steps 1..train_steps each recorded once, each with the global batch's completions once
     (every prompt and group position: not twice, as a re-run step or a second rank would)."""

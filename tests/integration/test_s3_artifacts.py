@@ -96,3 +96,29 @@ def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, 
             names = archive.getnames()
         assert f"{job['id']}-adapter/adapter_config.json" in names
         assert f"{job['id']}-adapter/adapter_model.safetensors" in names
+
+
+def test_a_child_starts_from_its_own_copy_in_the_bucket(s3_stack: tuple[LocalStack, str]) -> None:
+    stack, endpoint = s3_stack
+    with tenant_client(stack) as client:
+        body = {
+            "dataset_id": upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcd"]),
+            "reward_functions": {"slow": {"source": slow_reward(0)}},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1, "num_generations": 4},
+        }
+        parent = wait_for(client, create_job(client, body)["id"], timeout_s=300)
+        assert parent["status"] == "succeeded", parent["failure_reason"]
+        # Copied in the bucket at creation; the worker fetches the child's copy, the parent's
+        # folder is on no disk.
+        shutil.rmtree(stack.state_dir / "artifacts" / parent["id"], ignore_errors=True)
+        child = create_job(client, {**body, "init_from": parent["id"]})
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys())
+        copy = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"rft/{child['id']}/initial-adapter/")
+        assert {item["Key"].rsplit("/", 1)[1] for item in copy["Contents"]} >= {
+            "adapter_config.json",
+            "adapter_model.safetensors",
+        }
+        child = wait_for(client, child["id"], timeout_s=300)
+        assert child["status"] == "succeeded", child["failure_reason"]
+        fetched = stack.state_dir / "artifacts" / child["id"] / "initial-adapter"
+        assert (fetched / "adapter_model.safetensors").is_file()

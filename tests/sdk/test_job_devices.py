@@ -9,33 +9,15 @@ import yaml
 
 from rft.cli.files import read_job_spec
 from rft.models import Job
-from rft.resources.jobs import _create_request
+from tests.sdk.job_inputs import create_request_body
 
 REWARD = {"f": {"source": "def f(p, c, e):\n    return 1.0\n"}}
 
 
-def _request(**devices: object) -> dict[str, object]:
-    options = _create_request(
-        dataset="ds_x",
-        reward_functions={"f": "def f(p, c, e):\n    return 1.0\n"},
-        reward_module=None,
-        base_model="rft-tiny",
-        hyperparameters=None,
-        name=None,
-        allow_network=False,
-        runtime_packages=(),
-        secrets=None,
-        idempotency_key="key",
-        **devices,  # type: ignore[arg-type]
-    )
-    assert options.json is not None
-    return dict(options.json)
-
-
 def test_devices_and_engine_reach_the_request_only_when_given() -> None:
-    body = _request(num_devices=4, engine="fsdp")
+    body = create_request_body(num_devices=4, engine="fsdp")
     assert (body["num_devices"], body["engine"]) == (4, "fsdp")
-    left_out = _request()
+    left_out = create_request_body()
     assert "num_devices" not in left_out and "engine" not in left_out
 
 

@@ -45,6 +45,8 @@ def make_spec(tmp_path: Path, model_cache_dir: Path) -> Callable[..., TrainingSp
         dataset: list[dict[str, Any]] | None = None,
         resume_from_checkpoint: Path | None = None,
         output_dir: Path | None = None,
+        init_adapter: Path | None = None,
+        init_optimizer: bool = False,
         **hyperparameters: Any,
     ) -> TrainingSpec:
         return TrainingSpec(
@@ -55,6 +57,8 @@ def make_spec(tmp_path: Path, model_cache_dir: Path) -> Callable[..., TrainingSp
             output_dir=output_dir or tmp_path / f"run-{next(counter)}",
             model_cache_dir=model_cache_dir,
             resume_from_checkpoint=resume_from_checkpoint,
+            init_adapter=init_adapter,
+            init_optimizer=init_optimizer,
         )
 
     return make

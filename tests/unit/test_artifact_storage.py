@@ -53,7 +53,34 @@ def test_s3_round_trip_keeps_every_file(store: S3ArtifactStore, tmp_path: Path) 
 
 def test_local_store_records_the_folder_itself(tmp_path: Path) -> None:
     source = make_checkpoint(tmp_path / "checkpoint-1")
-    store = LocalArtifactStore()
+    store = LocalArtifactStore(tmp_path)
     uri = store.save_directory(source, "ignored")
     assert Path(uri) == source.resolve() and store.exists(uri)
     assert store.fetch_directory(uri, tmp_path / "unused") == Path(uri)
+
+
+def test_s3_copies_named_files_to_a_new_key(store: S3ArtifactStore, tmp_path: Path) -> None:
+    uri = store.save_directory(make_checkpoint(tmp_path / "checkpoint-5"), "job_1/checkpoint-5")
+    assert store.top_level_files(uri) == {"adapter_config.json", "adapter_model.safetensors"}
+
+    copy = store.copy_files(uri, ["adapter_config.json"], "job_2/initial-adapter")
+    assert copy == "s3://artifacts/rft/job_2/initial-adapter"
+    assert store.top_level_files(copy) == {"adapter_config.json"}
+    fetched = store.fetch_directory(copy, tmp_path / "fetched")
+    assert (fetched / "adapter_config.json").read_text() == '{"r": 16}'
+
+
+def test_local_store_copies_named_files_under_its_root(tmp_path: Path) -> None:
+    source = make_checkpoint(tmp_path / "job_1" / "checkpoint-1")
+    store = LocalArtifactStore(tmp_path)
+    assert store.top_level_files(str(source)) == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    }
+    copy = store.copy_files(str(source), ["adapter_model.safetensors"], "job_2/initial-adapter")
+    assert Path(copy) == (tmp_path / "job_2" / "initial-adapter").resolve()
+    assert [path.name for path in Path(copy).iterdir()] == ["adapter_model.safetensors"]
+    assert (Path(copy) / "adapter_model.safetensors").read_bytes() == (
+        source / "adapter_model.safetensors"
+    ).read_bytes()
+    assert not (tmp_path / "job_2" / "initial-adapter.partial").exists()

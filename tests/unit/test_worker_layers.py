@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.reward_dispatch",
             "workers.training.reward_stats",
             "workers.training.spec",
+            "workers.training.starting_weights",
             "workers.training.step_reporting",
             "workers.training.stop_sequences",
             "workers.training.model_building",

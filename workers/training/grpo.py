@@ -13,9 +13,11 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     PrinterCallback,
 )
@@ -23,7 +25,9 @@ from trl import GRPOConfig
 
 from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
+from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
+from workers.failures import TrainingOptionUnavailable
 from workers.training import model_options
 from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
@@ -33,6 +37,11 @@ from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.spec import TrainingOutcome, TrainingSpec
+from workers.training.starting_weights import (
+    StartingOptimizerState,
+    reference_in_adapter_dtype,
+    with_starting_adapter,
+)
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
 from workers.training.vllm_memory import colocated_memory_plan
@@ -108,6 +117,10 @@ def _train_and_save(
         ),
     )
     trainer.add_callback(reporter)
+    if spec.init_optimizer and spec.resume_from_checkpoint is None:
+        # A resume has its own optimizer state, in its checkpoint.
+        assert spec.init_adapter is not None
+        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
 
     resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
     trainer.train(resume_from_checkpoint=resume)
@@ -158,7 +171,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
     dtype = torch.bfloat16 if use_bf16 else torch.float32
     model_options.check_runnable(hp, use_cuda=use_cuda)
-    model = AutoModelForCausalLM.from_pretrained(
+    base = AutoModelForCausalLM.from_pretrained(
         model_path, **model_options.model_load_kwargs(hp, dtype=dtype)
     )
     # Where and how this rank trains, in the worker's log: the one line that tells a GPU job
@@ -172,6 +185,16 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         hp.attn_implementation,
         args.optim,
     )
+    lora = model_options.peft_config(hp)  # None: every weight trains
+    if spec.init_adapter is not None and lora is None:
+        raise TrainingOptionUnavailable(
+            "init_from continues a LoRA adapter: a job with adapter 'full' cannot start from one"
+        )
+    model: PreTrainedModel | PeftModel = (
+        base
+        if spec.init_adapter is None or lora is None
+        else with_starting_adapter(base, spec.init_adapter, lora, args)
+    )
     trainer = RecordingGRPOTrainer(
         model=model,
         reward_funcs=[dispatcher],
@@ -184,7 +207,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
             ),
         ),
         processing_class=tokenizer,
-        peft_config=model_options.peft_config(hp),
+        # A fresh adapter, unless the model already wears the job's starting one.
+        peft_config=lora if spec.init_adapter is None else None,
         max_prompt_length=hp.max_prompt_length,
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,
@@ -192,6 +216,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         agent_session=dispatcher.agents,
     )
     try:
+        if spec.init_adapter is not None:
+            reference_in_adapter_dtype(model)  # the trainer's own: TRL did not wrap it again
         # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
         trainer.remove_callback(PrinterCallback)
         trainer.set_sampling(

@@ -32,6 +32,12 @@ class TrainingSpec:
     model_cache_dir: Path  # where the built-in tiny model is built
     # A checkpoint-N directory of an earlier run with the same spec: steps after N are re-run.
     resume_from_checkpoint: Path | None = None
+    # The job's copy of the adapter it starts from (init_from): the LoRA weights start as
+    # these, and with beta > 0 the KL term is measured against them. A resume loads its
+    # checkpoint over them, so they never replace what the job has trained since.
+    init_adapter: Path | None = None
+    # Start the optimizer from init_adapter's optimizer.pt too (only when not resuming).
+    init_optimizer: bool = False
     # How many checkpoints to keep on disk; None keeps all (the observer may have recorded them).
     keep_checkpoints: int | None = None
     # What generates completions (the worker picks it from its settings: choose_generation).
@@ -49,6 +55,8 @@ class TrainingSpec:
         if not (self.reward_config.functions or self.reward_config.environments):
             # An environment may own the reward (get_reward); that is checked when it loads.
             raise ValueError("reward_config: give at least one reward function")
+        if self.init_optimizer and self.init_adapter is None:
+            raise ValueError("init_optimizer: the optimizer state comes with init_adapter")
         if self.validation is not None and any("prompt" not in row for row in self.validation):
             raise ValueError("validation: every row needs a 'prompt' column")
         hp = self.hyperparameters

@@ -224,6 +224,12 @@ class Job(BaseModel):
     num_devices: int = 1
     num_nodes: int = 1
     engine: str = "ddp"
+    # Lineage: what it started from ('job_…' or 'job_…:checkpoint-N'; None: fresh LoRA
+    # weights), kept after the parent is deleted.
+    init_from: str | None = None
+    parent_job_id: str | None = None
+    parent_checkpoint_step: int | None = None
+    init_from_optimizer: bool = False
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

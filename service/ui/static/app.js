@@ -425,6 +425,7 @@ class JobPage {
       ["Config", `v${job.config_version}` +
         (job.applied_config_version ? ` (v${job.applied_config_version} applied)` : "")],
       ["Model", el("span", { class: "mono" }, job.base_model)],
+      ...(job.parent_job_id ? [["Started from", parentLink(job)]] : []),
       ["Created", formatTime(job.created_at)],
     ];
     setChildren(this.header, 
@@ -446,6 +447,17 @@ class JobPage {
     }
     return [...seen.values()];
   }
+}
+
+// A job created with init_from links to the job whose weights it started from. The lineage
+// outlives that job: once it is deleted, its page says it is not found.
+function parentLink(job) {
+  const step = job.parent_checkpoint_step;
+  return el("span", { id: "job-parent" },
+    el("a", { class: "mono", href: `#/jobs/${encodeURIComponent(job.parent_job_id)}` },
+      job.parent_job_id),
+    step === null || step === undefined ? " (final adapter)" : ` (checkpoint ${step})`,
+    job.init_from_optimizer ? ", with its optimizer state" : "");
 }
 
 // Warnings say the run may not be learning (no reward signal, signs of reward hacking): they

@@ -130,6 +130,8 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "tools",
         "environment",
         "environments",
+        "init_from",
+        "init_from_optimizer",
     }
     unknown = set(spec) - known
     if unknown:
@@ -153,15 +155,22 @@ def read_job_spec(path: Path) -> dict[str, Any]:
             if spec.get("reward_module")
             else None
         ),
-        "base_model": spec.get("base_model", "rft-tiny"),
         "hyperparameters": spec.get("hyperparameters") or {},
         "name": spec.get("name"),
         "allow_network": bool(spec.get("allow_network", False)),
         "runtime_packages": [str(p) for p in spec.get("runtime_packages") or []],
         "secrets": _secrets_from_env(spec.get("secrets_from_env") or [], str(path)),
     }
-    # Devices, nodes and engine: the server's defaults (1, 1, 'ddp') unless the file names them.
-    for key in ("num_devices", "num_nodes", "engine"):
+    # The server's defaults (base model 'rft-tiny', or with init_from the parent's; 1 device,
+    # 1 node, 'ddp'; fresh LoRA weights) unless the file names them.
+    for key in (
+        "base_model",
+        "num_devices",
+        "num_nodes",
+        "engine",
+        "init_from",
+        "init_from_optimizer",
+    ):
         if spec.get(key) is not None:
             job[key] = spec[key]
     # Agent parts: only when named, so the request of a plain job is what it always was.

@@ -55,7 +55,6 @@ from rft.transport import (
     retry_delay,
 )
 
-DEFAULT_BASE_MODEL = "rft-tiny"
 DEFAULT_POLL_INTERVAL_S = 1.0
 
 
@@ -64,7 +63,7 @@ def _create_request(
     dataset: str | Dataset,
     reward_functions: RewardFunctionsInput | None,
     reward_module: RewardModule | None,
-    base_model: str,
+    base_model: str | None,
     hyperparameters: Hyperparameters | Mapping[str, Any] | None,
     name: str | None,
     allow_network: bool,
@@ -79,6 +78,8 @@ def _create_request(
     tools: Sequence[ToolLike] | None = None,
     environment: Environment | None = None,
     environments: Mapping[str, Environment] | None = None,
+    init_from: str | Job | None = None,
+    init_from_optimizer: bool = False,
 ) -> RequestOptions:
     if isinstance(hyperparameters, Hyperparameters):
         # Only what the caller set: the server's defaults (and presets) stay the single
@@ -87,13 +88,19 @@ def _create_request(
     body: dict[str, Any] = {
         "dataset_id": dataset.id if isinstance(dataset, Dataset) else dataset,
         "reward_functions": reward_functions_request(reward_functions or {}),
-        "base_model": base_model,
         "hyperparameters": dict(hyperparameters or {}),
         "name": name,
         "allow_network": allow_network,
         "runtime_packages": list(runtime_packages),
         "secrets": dict(secrets or {}),
     }
+    # Left out: the server's default, or with init_from the parent's base model.
+    if base_model is not None:
+        body["base_model"] = base_model
+    if init_from is not None:
+        body["init_from"] = init_from.id if isinstance(init_from, Job) else init_from
+    if init_from_optimizer:
+        body["init_from_optimizer"] = True
     if validation_dataset is not None:
         body["validation_dataset_id"] = (
             validation_dataset.id if isinstance(validation_dataset, Dataset) else validation_dataset
@@ -280,7 +287,7 @@ class Jobs:
         dataset: str | Dataset,
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
-        base_model: str = DEFAULT_BASE_MODEL,
+        base_model: str | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -295,6 +302,8 @@ class Jobs:
         tools: Sequence[ToolLike] | None = None,
         environment: Environment | None = None,
         environments: Mapping[str, Environment] | None = None,
+        init_from: str | Job | None = None,
+        init_from_optimizer: bool = False,
     ) -> Job:
         """Start a GRPO job.
 
@@ -322,6 +331,13 @@ class Jobs:
         methods are tools, its ``get_reward()`` a reward); ``environments={name: ...}`` names
         several (a dataset's ``environment`` column picks one per row). ``max_turns`` and
         ``tool_timeout_s`` in ``hyperparameters`` bound a rollout and one tool call.
+
+        ``init_from`` starts from the LoRA weights of one of your jobs: a ``Job`` or its id
+        (its final adapter), or ``"job_…:checkpoint-N"`` (its checkpoint after step N).
+        ``base_model`` and the LoRA shape (``lora_rank``, ``lora_alpha``,
+        ``lora_target_modules``) are then the parent's unless given; ``base_model`` left out
+        is otherwise the server's default ('rft-tiny'). ``init_from_optimizer=True`` (with a
+        checkpoint) also starts the optimizer from that checkpoint's state.
         """
         options = _create_request(
             dataset=dataset,
@@ -342,6 +358,8 @@ class Jobs:
             tools=tools,
             environment=environment,
             environments=environments,
+            init_from=init_from,
+            init_from_optimizer=init_from_optimizer,
         )
         return Job.model_validate(self._transport.request(options).json())
 
@@ -650,7 +668,7 @@ class AsyncJobs:
         dataset: str | Dataset,
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
-        base_model: str = DEFAULT_BASE_MODEL,
+        base_model: str | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -665,6 +683,8 @@ class AsyncJobs:
         tools: Sequence[ToolLike] | None = None,
         environment: Environment | None = None,
         environments: Mapping[str, Environment] | None = None,
+        init_from: str | Job | None = None,
+        init_from_optimizer: bool = False,
     ) -> Job:
         """See :meth:`Jobs.create`."""
         options = _create_request(
@@ -686,6 +706,8 @@ class AsyncJobs:
             tools=tools,
             environment=environment,
             environments=environments,
+            init_from=init_from,
+            init_from_optimizer=init_from_optimizer,
         )
         return Job.model_validate((await self._transport.request(options)).json())
 
