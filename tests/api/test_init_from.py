@@ -115,3 +115,28 @@ def test_optimizer_state_without_a_ddp_checkpoint_is_422(
     response = client.post("/v1/jobs", json=job_request(dataset_id, **fields))
     assert response.status_code == 422, response.text
     assert message in response.text
+
+
+def test_full_fine_tuning_neither_continues_nor_is_continued(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    """init_from continues a LoRA adapter: a job training every weight (adapter 'full') can
+    neither start from one nor be a parent."""
+    parent = cancelled_job(client, dataset_id)
+    request = job_request(dataset_id, init_from=f"{parent}:checkpoint-1")
+    request["hyperparameters"]["adapter"] = "full"
+    before = job_count(client)
+    response = client.post("/v1/jobs", json=request)
+    assert response.status_code == 400, response.text
+    assert "this job trains every weight (adapter 'full')" in response.json()["detail"]
+
+    full = job_request(dataset_id)
+    full["hyperparameters"]["adapter"] = "full"
+    full_parent = str(client.post("/v1/jobs", json=full).json()["id"])
+    client.post(f"/v1/jobs/{full_parent}/cancel")
+    response = client.post(
+        "/v1/jobs", json=job_request(dataset_id, init_from=f"{full_parent}:checkpoint-1")
+    )
+    assert response.status_code == 400, response.text
+    assert f"job {full_parent!r} trained every weight" in response.json()["detail"]
+    assert job_count(client) == before + 1
