@@ -37,6 +37,10 @@ class EngineUnavailable(JobFailure):
     """This worker cannot run the engine a job asks for; the message says why."""
 
 
+class ExportFailure(JobFailure):
+    """An export (workers.export) cannot be built or pushed; the message says why."""
+
+
 class NodeLost(RuntimeError):
     """A job over several machines lost one of them (or was taken from this one): not the
     job's failure, the job resumes from its last checkpoint on a fresh placement."""

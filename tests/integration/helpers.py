@@ -79,7 +79,11 @@ PROMPT = "Write about cats:"
 
 
 def train_a_share_job(
-    client: httpx.Client, *, train_steps: int, checkpoint_every: int | None = None
+    client: httpx.Client,
+    *,
+    train_steps: int,
+    checkpoint_every: int | None = None,
+    secrets: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A chat job trained towards 'a' (learning rate high enough to change answers), finished."""
     topics = ["cats", "dogs", "the sea", "apples", "rain", "music", "bread", "snow"]
@@ -96,6 +100,7 @@ def train_a_share_job(
                 "train_steps": train_steps,
                 **extra,
             },
+            "secrets": secrets or {},
         },
     )
     finished = wait_for(client, job["id"], timeout_s=900)
