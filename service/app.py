@@ -16,6 +16,7 @@ from service.datasets.endpoints import router as datasets_router
 from service.db import get_engine
 from service.errors import ServiceUnavailable, install_error_handlers
 from service.events.endpoints import router as events_router
+from service.exports.endpoints import router as exports_router
 from service.inference.endpoints import router as inference_router
 from service.job_configs.endpoints import router as job_configs_router
 from service.jobs.endpoints import router as jobs_router
@@ -59,6 +60,7 @@ def create_app() -> FastAPI:
     app.include_router(job_configs_router)
     app.include_router(reward_functions_router)
     app.include_router(artifacts_router)
+    app.include_router(exports_router)
     app.include_router(base_models_router)
     app.include_router(events_router)
     app.include_router(inference_router)

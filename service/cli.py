@@ -37,7 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=1, help="uvicorn processes (more serve more reads)"
     )
     api.add_argument("--access-log", action="store_true", help="log every request")
-    commands.add_parser("worker", help="run one training worker (one per GPU)")
+    worker = commands.add_parser("worker", help="run one training worker (one per GPU)")
+    worker.add_argument(
+        "--exports-only",
+        action="store_true",
+        help="take only exports (merged models, hub pushes), no training jobs",
+    )
     inference = commands.add_parser(
         "inference", help="serve generations for /v1/chat/completions (RFT_INFERENCE_URL)"
     )
@@ -151,10 +156,19 @@ def _api(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(_: argparse.Namespace) -> int:
+def _worker(args: argparse.Namespace) -> int:
     settings = get_settings()
     settings.require_database_url()
     settings.require_redis_url()
+    from workers.celery_app import EXPORTS_QUEUE, celery_app
+
+    if args.exports_only:
+        # No GPU checks: a merge runs on the CPU (and on no job's devices).
+        celery_app.worker_main(
+            ["worker", "--pool", "solo", "--concurrency", "1", "--queues", EXPORTS_QUEUE,
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        )  # fmt: skip
+        return 0
     from workers.training.cuda import probe_cuda
 
     cuda = probe_cuda()
@@ -173,8 +187,6 @@ def _worker(_: argparse.Namespace) -> int:
         )
         return 2
     _keep_vllm_cache(settings)
-    from workers.celery_app import celery_app
-
     celery_app.worker_main(
         ["worker", "--pool", "solo", "--concurrency", "1",
          "--loglevel", "INFO", "--without-gossip", "--without-mingle"]

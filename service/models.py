@@ -365,3 +365,46 @@ class Checkpoint(Base):
     path: Mapped[str] = mapped_column(Text)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Export(Base):
+    """A job's adapter made into something to ship: a merged model archive in the artifact
+    store, or an adapter or merged model pushed to a Hugging Face hub repository. Built by a
+    worker (workers.export); the row is its state (service.exports.status) and progress."""
+
+    __tablename__ = "exports"
+    __table_args__ = (Index("ix_exports_job_id_created_at", "job_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # "merged" or "adapter"
+    # The checkpoint whose adapter it ships; None: the job's final adapter.
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    dtype: Mapped[str] = mapped_column(String(16))  # "auto": the base model's own
+    # Where it goes: None keeps an archive in the artifact store; else a hub repository, with
+    # the token as the name of one of the job's secrets, or given with the request (sealed,
+    # service.secrets, and erased when the export ends).
+    hub_repo: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    hub_private: Mapped[bool] = mapped_column(Boolean, default=True)
+    hub_token_secret: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    hub_token_sealed: Mapped[str | None] = mapped_column(Text, nullable=True)
+    hub_commit_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # queued -> running -> succeeded | failed; a lost worker's export is queued again.
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    stage: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # A client's retried POST carries the same key and gets the same export (looked up under
+    # the job's row lock, so two at once cannot both create one).
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    archive_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

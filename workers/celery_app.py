@@ -9,6 +9,12 @@ from kombu import Queue
 from service.settings import get_settings
 
 TRAIN_JOB_TASK = "rft.train_job"
+EXPORT_TASK = "rft.export"
+
+# Exports (merging an adapter into its base model, hub pushes: workers.export) wait here. Every
+# worker takes them between jobs; `rft-server worker --exports-only` runs one that takes
+# nothing else (a machine with memory for the largest base model, no GPU needed).
+EXPORTS_QUEUE = "exports"
 
 # Messages queued before jobs had sizes; every worker still drains it (they are 1-device jobs).
 LEGACY_QUEUE = "training"
@@ -21,7 +27,8 @@ def devices_queue(num_devices: int) -> str:
 
 def worker_queues(worker_devices: int) -> list[str]:
     """The queues a worker that can give one job ``worker_devices`` devices consumes."""
-    return [devices_queue(count) for count in range(1, worker_devices + 1)] + [LEGACY_QUEUE]
+    training = [devices_queue(count) for count in range(1, worker_devices + 1)]
+    return [*training, LEGACY_QUEUE, EXPORTS_QUEUE]
 
 
 # Training tasks run for hours. With acks_late a message stays unacknowledged while it runs,

@@ -41,6 +41,10 @@ class StartingWeightsMissing(JobFailure):
     """The job's copy of its init_from weights is gone from the artifact store."""
 
 
+class ExportFailure(JobFailure):
+    """An export (workers.export) cannot be built or pushed; the message says why."""
+
+
 class NodeLost(RuntimeError):
     """A job over several machines lost one of them (or was taken from this one): not the
     job's failure, the job resumes from its last checkpoint on a fresh placement."""

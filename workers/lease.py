@@ -12,31 +12,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from service.db import after_commit, session_scope
+from service.exports import ownership as export_ownership
+from service.exports.repository import ExportRepository
 from service.jobs import ownership
 from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
-from workers.queue import enqueue_training
+from workers.queue import enqueue_export, enqueue_training
 
 logger = logging.getLogger(__name__)
 
 
-class JobHeartbeat:
-    """Keeps a job's lease alive from a background thread while its worker trains."""
+class Heartbeat:
+    """Keeps a lease alive from a background thread while its worker works on what it holds."""
 
-    def __init__(self, job_id: str, worker_id: str, interval_s: float) -> None:
-        self.job_id = job_id
-        self.worker_id = worker_id
+    def __init__(self, name: str, beat: Callable[[Session], None], interval_s: float) -> None:
+        self.name = name
+        self._beat = beat
         self.interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{name}", daemon=True)
 
-    def __enter__(self) -> JobHeartbeat:
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -46,7 +50,7 @@ class JobHeartbeat:
 
     def beat(self) -> None:
         with session_scope() as session:
-            JobRepository(session).beat(self.job_id, self.worker_id)
+            self._beat(session)
 
     def _run(self) -> None:
         while not self._stopped.wait(self.interval_s):
@@ -54,7 +58,23 @@ class JobHeartbeat:
                 self.beat()
             except SQLAlchemyError as exc:
                 # The database is away; the reaper cannot act meanwhile either. Try again.
-                logger.warning("heartbeat of %s failed: %s", self.job_id, exc)
+                logger.warning("heartbeat of %s failed: %s", self.name, exc)
+
+
+class JobHeartbeat(Heartbeat):
+    def __init__(self, job_id: str, worker_id: str, interval_s: float) -> None:
+        super().__init__(
+            job_id, lambda session: JobRepository(session).beat(job_id, worker_id), interval_s
+        )
+
+
+class ExportHeartbeat(Heartbeat):
+    def __init__(self, export_id: str, worker_id: str, interval_s: float) -> None:
+        super().__init__(
+            export_id,
+            lambda session: ExportRepository(session).beat(export_id, worker_id),
+            interval_s,
+        )
 
 
 @dataclass
@@ -62,12 +82,16 @@ class LostWorkerReaper:
     lease_s: float
     queued_resend_after_s: float
     _silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
+    _export_silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
 
     def sweep(self, now: float | None = None) -> list[str]:
-        """One pass: requeue jobs whose lease ran out, re-send stale queue messages."""
+        """One pass: requeue jobs and exports whose lease ran out, re-send stale queue
+        messages. Returns the requeued jobs' ids."""
         now = time.monotonic() if now is None else now
         requeued = self._requeue_lost(now)
         self._resend_queued()
+        self._requeue_lost_exports(now)
+        self._resend_queued_exports()
         return requeued
 
     def _requeue_lost(self, now: float) -> list[str]:
@@ -113,6 +137,34 @@ class LostWorkerReaper:
                         *queued
                     ),  # type: ignore[misc]
                 )
+
+    def _requeue_lost_exports(self, now: float) -> list[str]:
+        with session_scope() as session:
+            held = ExportRepository(session).held_heartbeats()
+        self._export_silence.keep_only(export_id for export_id, _ in held)
+        requeued = []
+        for export_id, heartbeat in held:
+            if self._export_silence.silent_for(export_id, heartbeat, now) < self.lease_s:
+                continue
+            with session_scope() as session:
+                moved = export_ownership.requeue(
+                    session,
+                    export_id,
+                    ownership.ExpiredLease(heartbeat),
+                    why=f"the worker building it stopped answering (no heartbeat for "
+                    f"{self.lease_s:.0f} s)",
+                )
+            if moved:
+                logger.warning("requeued export %s: its worker was lost", export_id)
+                requeued.append(export_id)
+            self._export_silence.forget(export_id)
+        return requeued
+
+    def _resend_queued_exports(self) -> None:
+        with session_scope() as session:
+            for export in ExportRepository(session).queued_since(self.queued_resend_after_s):
+                export.updated_at = datetime.now(UTC)
+                after_commit(session, lambda export_id=export.id: enqueue_export(export_id))  # type: ignore[misc]
 
 
 class ReaperThread(threading.Thread):

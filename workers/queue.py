@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import redis
 
-from workers.celery_app import TRAIN_JOB_TASK, celery_app, devices_queue
+from workers.celery_app import (
+    EXPORT_TASK,
+    EXPORTS_QUEUE,
+    TRAIN_JOB_TASK,
+    celery_app,
+    devices_queue,
+)
 
 _CAPACITY_KEY_PREFIX = "rft:worker-devices:"
 
@@ -25,6 +31,11 @@ def enqueue_training(job_id: str, num_devices: int = 1, num_nodes: int = 1) -> N
     """Queue a job for as many workers as it spans machines (one message each)."""
     for _ in range(num_nodes):
         celery_app.send_task(TRAIN_JOB_TASK, args=[job_id], queue=devices_queue(num_devices))
+
+
+def enqueue_export(export_id: str) -> None:
+    """Queue an export (service.exports) for the next worker free to build it."""
+    celery_app.send_task(EXPORT_TASK, args=[export_id], queue=EXPORTS_QUEUE)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from workers.celery_app import TRAIN_JOB_TASK, celery_app
+from workers.celery_app import EXPORT_TASK, EXPORTS_QUEUE, TRAIN_JOB_TASK, celery_app
 
 logger = logging.getLogger(__name__)
 _reaper_threads: list[Any] = []
@@ -23,6 +23,21 @@ def train_job(job_id: str) -> None:
     from workers.training_job import run_training_job
 
     run_training_job(job_id)
+
+
+@celery_app.task(name=EXPORT_TASK)
+def export(export_id: str) -> None:
+    from workers.export import run_export
+
+    run_export(export_id)
+
+
+def takes_training_jobs(consumer: Any) -> bool:
+    """Whether this worker consumes a training queue (not `rft-server worker --exports-only`)."""
+    amqp = getattr(getattr(consumer, "app", None), "amqp", None)
+    # Empty: no --queues given, so every queue of task_queues (training ones among them).
+    consumed = set(amqp.queues.consume_from or {}) if amqp is not None else set()
+    return consumed != {EXPORTS_QUEUE}
 
 
 @worker_ready.connect
@@ -39,6 +54,9 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
     thread = ReaperThread(reaper, interval_s=max(0.5, settings.worker_lease_s / 6))
     thread.start()
     _reaper_threads.append(thread)
+    if not takes_training_jobs(sender):
+        logger.info("this worker takes exports only")
+        return
     _advertise_capacity(settings, sender)
     # What the first job's task imports (~0.6 s), now rather than while a job waits.
     import workers.training_job  # noqa: F401

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -94,20 +96,41 @@ def pack_adapter(store: ArtifactStore, uri: str, archive_name: str, base_model: 
     with tempfile.TemporaryDirectory() as scratch:
         directory = fetch_for_reading(store, uri, Path(scratch))
         with tarfile.open(handle.name, "w:gz") as archive:
-            whole_model = sorted(
-                {path.name for pattern in WHOLE_MODEL_FILES for path in directory.glob(pattern)}
-            )
-            for name in (*ADAPTER_FILES, *whole_model):
-                if name == "adapter_config.json" and (directory / name).is_file():
-                    config = named_base_model(directory / name, base_model)
-                    entry = tarfile.TarInfo(f"{archive_name}/{name}")
+            for path, config in adapter_files(directory, base_model):
+                if config is not None:
+                    entry = tarfile.TarInfo(f"{archive_name}/{path.name}")
                     entry.size = len(config)
-                    entry.mtime = int((directory / name).stat().st_mtime)
+                    entry.mtime = int(path.stat().st_mtime)
                     entry.mode = 0o644
                     archive.addfile(entry, io.BytesIO(config))
-                elif (directory / name).is_file():
-                    archive.add(directory / name, arcname=f"{archive_name}/{name}")
+                else:
+                    archive.add(path, arcname=f"{archive_name}/{path.name}")
     return Path(handle.name)
+
+
+def adapter_files(directory: Path, base_model: str) -> Iterator[tuple[Path, bytes | None]]:
+    """The adapter's files in ``directory`` (``ADAPTER_FILES``; a whole model's,
+    ``WHOLE_MODEL_FILES``, for a job that trained every weight), each with the content to ship
+    instead of the file's own where it differs: the config names ``base_model``."""
+    whole_model = sorted(
+        {path.name for pattern in WHOLE_MODEL_FILES for path in directory.glob(pattern)}
+    )
+    for name in (*ADAPTER_FILES, *whole_model):
+        path = directory / name
+        if path.is_file():
+            config = named_base_model(path, base_model) if name == "adapter_config.json" else None
+            yield path, config
+
+
+def copy_adapter(directory: Path, destination: Path, base_model: str) -> Path:
+    """The adapter in ``directory`` as a folder of its own, as ``pack_adapter`` packs it."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path, config in adapter_files(directory, base_model):
+        if config is not None:
+            (destination / path.name).write_bytes(config)
+        else:
+            shutil.copyfile(path, destination / path.name)
+    return destination
 
 
 def named_base_model(adapter_config: Path, base_model: str) -> bytes:

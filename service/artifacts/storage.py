@@ -5,7 +5,7 @@ folder); the store is what survives the machine."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,8 @@ ADAPTER_FILES = (
 # What a checkpoint keeps of the optimizer when one process holds all of it (DDP; DeepSpeed and
 # FSDP keep theirs in shards of their own).
 OPTIMIZER_FILE = "optimizer.pt"
+# Reads of a stored file (an export's archive, served to a download) come in pieces this size.
+READ_CHUNK_BYTES = 1024 * 1024
 
 
 class ArtifactStore(Protocol):
@@ -48,6 +50,24 @@ class ArtifactStore(Protocol):
         """Copy the files ``names`` of the artifact at ``uri`` to a new artifact under
         ``key``, whole or not at all; returns its URI."""
         ...
+
+    def save_file(self, local: Path, key: str) -> str:
+        """Keep the file ``local`` under ``key``; returns the URI to record."""
+        ...
+
+    def file_size(self, uri: str) -> int | None:
+        """The stored file's size; None when it is not there."""
+        ...
+
+    def read_file(self, uri: str) -> Iterator[bytes]:
+        """The stored file's bytes, a piece at a time (never all of it in memory)."""
+        ...
+
+
+def _read_local(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(READ_CHUNK_BYTES):
+            yield chunk
 
 
 class LocalArtifactStore:
@@ -78,6 +98,16 @@ class LocalArtifactStore:
         shutil.rmtree(destination, ignore_errors=True)
         partial.rename(destination)
         return str(destination)
+
+    def save_file(self, local: Path, key: str) -> str:
+        return str(local.resolve())
+
+    def file_size(self, uri: str) -> int | None:
+        path = Path(uri)
+        return path.stat().st_size if path.is_file() else None
+
+    def read_file(self, uri: str) -> Iterator[bytes]:
+        return _read_local(Path(uri))
 
 
 class S3ArtifactStore:
@@ -161,6 +191,30 @@ class S3ArtifactStore:
                 {"Bucket": bucket, "Key": f"{root}/{name}"}, self.bucket, f"{target}/{name}"
             )
         return f"{S3_SCHEME}{self.bucket}/{target}"
+
+    def save_file(self, local: Path, key: str) -> str:
+        # upload_file sends a large file in parts (multipart), from disk.
+        self.client.upload_file(str(local), self.bucket, self._key(key))
+        return f"{S3_SCHEME}{self.bucket}/{self._key(key)}"
+
+    def file_size(self, uri: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        bucket, key = self._split(uri)
+        try:
+            return int(self.client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+    def read_file(self, uri: str) -> Iterator[bytes]:
+        bucket, key = self._split(uri)
+        body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            yield from body.iter_chunks(READ_CHUNK_BYTES)
+        finally:
+            body.close()
 
 
 def artifact_store(settings: Settings) -> ArtifactStore:

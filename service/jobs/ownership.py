@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -34,13 +34,23 @@ from service.models import Checkpoint, Job
 from workers.queue import enqueue_training
 
 
+class Leased(Protocol):
+    """A row a worker holds under a lease: a job, or an export (service.exports.ownership)."""
+
+    @property
+    def worker_id(self) -> str | None: ...
+
+    @property
+    def heartbeat_at(self) -> datetime | None: ...
+
+
 @dataclass(frozen=True)
 class HeldBy:
     """The worker that holds the job asks."""
 
     worker_id: str
 
-    def holds(self, job: Job) -> bool:
+    def holds(self, job: Leased) -> bool:
         return job.worker_id == self.worker_id
 
 
@@ -50,7 +60,7 @@ class ExpiredLease:
 
     heartbeat_at: datetime | None
 
-    def holds(self, job: Job) -> bool:
+    def holds(self, job: Leased) -> bool:
         # The owner may have beaten (or finished) since the reaper looked.
         return job.heartbeat_at == self.heartbeat_at
 

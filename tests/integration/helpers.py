@@ -83,6 +83,7 @@ def train_a_share_job(
     *,
     train_steps: int,
     checkpoint_every: int | None = None,
+    secrets: dict[str, str] | None = None,
     **hyperparameters: Any,
 ) -> dict[str, Any]:
     """A chat job trained towards 'a' (learning rate high enough to change answers), finished;
@@ -102,6 +103,7 @@ def train_a_share_job(
                 **extra,
                 **hyperparameters,
             },
+            "secrets": secrets or {},
         },
     )
     finished = wait_for(client, job["id"], timeout_s=900)

@@ -37,6 +37,11 @@ def test_a_full_fine_tuning_job_is_downloaded_and_served_as_a_whole_model(
     model = AutoModelForCausalLM.from_pretrained(f"{tmp_path}/{job_id}-adapter")
     assert model.num_parameters() > 0
 
+    # Nothing to merge: the download is the whole model already.
+    refused = tenant.post(f"/v1/jobs/{job_id}/exports", json={"kind": "merged"})
+    assert refused.status_code == 400, refused.text
+    assert "trained every weight" in refused.json()["detail"]
+
     stack.start_inference()
 
     def answer(model_name: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from service.artifacts.storage import LocalArtifactStore, S3ArtifactStore
+from service.artifacts.storage import READ_CHUNK_BYTES, LocalArtifactStore, S3ArtifactStore
 from tests.moto_s3 import CREDENTIALS, moto_s3_server
 
 
@@ -84,3 +84,25 @@ def test_local_store_copies_named_files_under_its_root(tmp_path: Path) -> None:
         source / "adapter_model.safetensors"
     ).read_bytes()
     assert not (tmp_path / "job_2" / "initial-adapter.partial").exists()
+
+
+def test_a_file_round_trips_through_s3_in_pieces(store: S3ArtifactStore, tmp_path: Path) -> None:
+    archive = tmp_path / "exp_1.tar.gz"
+    archive.write_bytes(bytes(range(256)) * 9000)  # > 2 reads of READ_CHUNK_BYTES
+    uri = store.save_file(archive, "job_1/exports/exp_1.tar.gz")
+    assert uri == "s3://artifacts/rft/job_1/exports/exp_1.tar.gz"
+    assert store.file_size(uri) == archive.stat().st_size
+    assert store.file_size("s3://artifacts/rft/job_1/exports/exp_2.tar.gz") is None
+    pieces = list(store.read_file(uri))
+    assert len(pieces) == 3 and max(len(piece) for piece in pieces) == READ_CHUNK_BYTES
+    assert b"".join(pieces) == archive.read_bytes()
+
+
+def test_the_local_store_keeps_a_file_where_it_is(tmp_path: Path) -> None:
+    archive = tmp_path / "exp_1.tar.gz"
+    archive.write_bytes(b"x" * (READ_CHUNK_BYTES + 1))
+    store = LocalArtifactStore(tmp_path)
+    uri = store.save_file(archive, "ignored")
+    assert Path(uri) == archive.resolve() and store.file_size(uri) == READ_CHUNK_BYTES + 1
+    assert store.file_size(str(tmp_path / "missing.tar.gz")) is None
+    assert [len(piece) for piece in store.read_file(uri)] == [READ_CHUNK_BYTES, 1]

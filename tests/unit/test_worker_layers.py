@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.generation",
             "workers.training.grpo",
             "workers.training.grpo_trainer",
+            "workers.training.merge",
             "workers.training.ranks",
             "workers.training.reproducible_sampling",
             "workers.training.reward_dispatch",
@@ -61,6 +62,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "job orchestration (and inference serving beside it)",
         {
             "workers.training_job",
+            "workers.export",
             "workers.job_plan",
             "workers.database_observer",
             "workers.step_store",

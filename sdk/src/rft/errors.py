@@ -20,6 +20,16 @@ class AgentSourceError(RFTError, ValueError):
     closure, a file without the named function or class, two tools of one name)."""
 
 
+class ExportFailedError(RFTError):
+    """An export (a merged model, a hub push) ended failed; ``export.failure_reason`` says why."""
+
+    def __init__(self, export: Any) -> None:
+        super().__init__(
+            f"export {export.id} of job {export.job_id} failed: {export.failure_reason}"
+        )
+        self.export = export
+
+
 class APIConnectionError(RFTError):
     """The server could not be reached, or the connection broke before a response arrived."""
 

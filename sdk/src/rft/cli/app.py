@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from rft.cli.summaries import dry_run_summary, prompt_as_text, trajectory_lines
 from rft.cli.watch import job_view
 from rft.client import Client
 from rft.errors import RFTError
-from rft.models import Completion, Job, JobEvent, JobStatus, Step
+from rft.models import Completion, Export, Job, JobEvent, JobStatus, Step
 
 app = typer.Typer(help="rft: GRPO reinforcement fine-tuning as a service.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
@@ -225,6 +226,98 @@ def download_adapter(
     """Save the final LoRA adapter of a finished job (a PEFT folder)."""
     path = client_for(context).jobs.download_adapter(job_id, output, extract=not archive)
     console.print(f"saved {path}", markup=False, highlight=False)
+
+
+@jobs_app.command("download")
+@reports_errors
+def download(
+    context: typer.Context,
+    job_id: str,
+    output: DestinationOption,
+    merged: Annotated[
+        bool,
+        typer.Option(
+            "--merged",
+            help="The base model with the adapter merged in (a model folder in safetensors), "
+            "built on a worker first.",
+        ),
+    ] = False,
+    checkpoint: Annotated[
+        int | None, typer.Option(help="A checkpoint's adapter instead of the final one.")
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option(help="--merged: auto (the base model's), float32, bfloat16, float16.")
+    ] = "auto",
+    archive: ArchiveOption = False,
+) -> None:
+    """Save the job's LoRA adapter, or with --merged a model that needs no adapter."""
+    jobs = client_for(context).jobs
+    extract = not archive
+    if merged:
+        with console.status("merging on a worker...") as status:
+            path = jobs.download_merged(
+                job_id,
+                output,
+                checkpoint=checkpoint,
+                dtype=dtype,
+                extract=extract,
+                on_update=lambda export: status.update(export_line(export)),
+            )
+    elif checkpoint is not None:
+        path = jobs.download_checkpoint(job_id, checkpoint, output, extract=extract)
+    else:
+        path = jobs.download_adapter(job_id, output, extract=extract)
+    console.print(f"saved {path}", markup=False, highlight=False)
+
+
+@jobs_app.command("push-to-hub")
+@reports_errors
+def push_to_hub(
+    context: typer.Context,
+    job_id: str,
+    repo_id: Annotated[str, typer.Argument(help="The hub repository, e.g. my-org/my-model.")],
+    merged: Annotated[
+        bool, typer.Option("--merged", help="Push the merged model, not the adapter.")
+    ] = False,
+    checkpoint: Annotated[
+        int | None, typer.Option(help="A checkpoint's adapter instead of the final one.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="--merged: the weights' dtype.")] = "auto",
+    token_secret: Annotated[
+        str | None, typer.Option(help="The job secret that holds the hub token.")
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option(help="Else: the environment variable that holds the hub token.")
+    ] = "HF_TOKEN",
+    public: Annotated[
+        bool, typer.Option("--public", help="Create the repository public (default private).")
+    ] = False,
+) -> None:
+    """Push the job's adapter (or --merged model) to a Hugging Face hub repository."""
+    token = None
+    if token_secret is None:
+        token = os.environ.get(token_env)
+        if not token:
+            raise RFTError(f"no hub token: set {token_env}, or name a job secret (--token-secret)")
+    with console.status("pushing from a worker...") as status:
+        export = client_for(context).jobs.push_to_hub(
+            job_id,
+            repo_id,
+            token=token,
+            token_secret=token_secret,
+            merged=merged,
+            checkpoint=checkpoint,
+            dtype=dtype,
+            private=not public,
+            on_update=lambda export: status.update(export_line(export)),
+        )
+    url = export.hub.commit_url if export.hub else None
+    console.print(f"pushed {repo_id}: {url}", markup=False, highlight=False)
+
+
+def export_line(export: Export) -> str:
+    """What an export is doing, for a status line."""
+    return f"{export.id} {export.status.value} {export.stage or ''} {export.progress:.0%}"
 
 
 @models_app.command("download")

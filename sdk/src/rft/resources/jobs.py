@@ -6,7 +6,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -21,6 +21,7 @@ from rft.models import (
     Dataset,
     DryRunResult,
     Evaluation,
+    Export,
     Hyperparameters,
     Job,
     JobConfig,
@@ -45,6 +46,12 @@ from rft.resources.adapter_archive import (
     archive_request,
     save_archive,
     save_archive_async,
+)
+from rft.resources.exports import (
+    DEFAULT_EXPORT_POLL_INTERVAL_S,
+    AsyncExports,
+    Exports,
+    succeeded,
 )
 from rft.sse import ServerSentEvent, SSEDecoder
 from rft.transport import (
@@ -181,6 +188,10 @@ def _adapter_archive_path(job_id: str) -> str:
     return f"/v1/jobs/{job_id}/adapter.tar.gz"
 
 
+def _merged_name(job_id: str, checkpoint: int | None) -> str:
+    return f"{job_id}-merged" if checkpoint is None else f"{job_id}-step-{checkpoint}-merged"
+
+
 class _WaitClock:
     def __init__(self, job_id: str, timeout: float | None) -> None:
         self.job_id = job_id
@@ -277,6 +288,7 @@ def _wait_is_over(job: Job, until_step: int | None) -> bool:
 class Jobs:
     def __init__(self, transport: SyncTransport) -> None:
         self._transport = transport
+        self.exports = Exports(transport)
 
     def _get_json(self, path: str, **params: Any) -> Any:
         return self._transport.request(RequestOptions("GET", path, params=params)).json()
@@ -428,6 +440,90 @@ class Jobs:
         with self._transport.stream(archive_request(path)) as response:
             name = archive_name(response.response.headers.get("Content-Disposition"), fallback_name)
             return save_archive(response.iter_bytes(), destination, name, extract=extract)
+
+    def download_merged(
+        self,
+        job_id: str,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        extract: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Path:
+        """Save the base model with the final adapter (or the checkpoint at step
+        ``checkpoint``) merged into it under ``destination``: a Hugging Face model folder in
+        safetensors that ``AutoModelForCausalLM.from_pretrained`` loads.
+
+        A worker builds it first (once per adapter and ``dtype``: "auto" keeps the base
+        model's, or "float32", "bfloat16", "float16"); this waits for that, then streams the
+        archive to disk. Returns the unpacked folder, or with ``extract=False`` the
+        ``.tar.gz``. ``on_update`` sees the export (stage, progress) at each poll. Raises
+        ExportFailedError when the build fails, TimeoutError after ``timeout`` seconds.
+        """
+        export = self.exports.create(job_id, kind="merged", checkpoint=checkpoint, dtype=dtype)
+        export = succeeded(
+            self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
+        assert export.download_path is not None
+        name = _merged_name(job_id, checkpoint)
+        return self._download(export.download_path, name, destination, extract)
+
+    def push_to_hub(
+        self,
+        job_id: str,
+        repo_id: str,
+        /,
+        *,
+        token: str | None = None,
+        token_secret: str | None = None,
+        merged: bool = False,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        private: bool = True,
+        wait: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Export:
+        """Push the job's adapter (or with ``merged=True`` the base model with the adapter
+        merged in) to the Hugging Face hub repository ``repo_id``, created (``private``) when
+        missing. The token is ``token`` (sent once; the server keeps it encrypted until the
+        push ends, then erases it) or the job secret named ``token_secret``.
+
+        Waits for the push unless ``wait=False``; returns the export (``hub.commit_url``).
+        Raises ExportFailedError when it fails (a refused token: the hub's 401).
+        """
+        export = self.exports.create(
+            job_id,
+            kind="merged" if merged else "adapter",
+            checkpoint=checkpoint,
+            dtype=dtype,
+            hub_repo=repo_id,
+            token=token,
+            token_secret=token_secret,
+            private=private,
+        )
+        if not wait:
+            return export
+        return succeeded(
+            self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
 
     def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
         """The recorded steps after ``after_step``, in order."""
@@ -658,6 +754,7 @@ class Jobs:
 class AsyncJobs:
     def __init__(self, transport: AsyncTransport) -> None:
         self._transport = transport
+        self.exports = AsyncExports(transport)
 
     async def _get_json(self, path: str, **params: Any) -> Any:
         return (await self._transport.request(RequestOptions("GET", path, params=params))).json()
@@ -768,6 +865,77 @@ class AsyncJobs:
             return await save_archive_async(
                 response.aiter_bytes(), destination, name, extract=extract
             )
+
+    async def download_merged(
+        self,
+        job_id: str,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        extract: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Path:
+        """See :meth:`Jobs.download_merged`."""
+        export = await self.exports.create(
+            job_id, kind="merged", checkpoint=checkpoint, dtype=dtype
+        )
+        export = succeeded(
+            await self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
+        assert export.download_path is not None
+        return await self._download(
+            export.download_path, _merged_name(job_id, checkpoint), destination, extract
+        )
+
+    async def push_to_hub(
+        self,
+        job_id: str,
+        repo_id: str,
+        /,
+        *,
+        token: str | None = None,
+        token_secret: str | None = None,
+        merged: bool = False,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        private: bool = True,
+        wait: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Export:
+        """See :meth:`Jobs.push_to_hub`."""
+        export = await self.exports.create(
+            job_id,
+            kind="merged" if merged else "adapter",
+            checkpoint=checkpoint,
+            dtype=dtype,
+            hub_repo=repo_id,
+            token=token,
+            token_secret=token_secret,
+            private=private,
+        )
+        if not wait:
+            return export
+        return succeeded(
+            await self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
 
     async def steps(self, job_id: str, /, *, after_step: int = 0) -> builtins.list[Step]:
         return await get_async_api_list(
