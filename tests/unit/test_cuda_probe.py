@@ -59,7 +59,7 @@ def start_worker(monkeypatch: pytest.MonkeyPatch, devices: int = 1) -> int:
     monkeypatch.setattr(celery_app.celery_app, "worker_main", lambda argv: None)
     get_settings.cache_clear()
     try:
-        return cli._worker(argparse.Namespace())
+        return cli._worker(argparse.Namespace(exports_only=False))
     finally:
         get_settings.cache_clear()
 
