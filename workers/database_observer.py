@@ -28,7 +28,7 @@ from workers.identity import WORKER_ID
 from workers.job_watch import JobState, JobWatcher
 from workers.metrics import observe_step
 from workers.step_store import BackgroundWriter, store_step
-from workers.training.step_records import RewardConfig, StepRecord
+from workers.training.step_records import RewardConfig, RewardModelSpec, StepRecord
 from workers.training_signals import SignalMonitor, TrainingWarning
 
 LEASE_LOST = "lease lost"
@@ -43,9 +43,21 @@ def load_reward_config(
     if config is None:
         raise LookupError(f"job {job_id} has no config version {version}")
     tools, environments = configs.stored_agent_code(config)
+    functions = configs.stored_functions(config)
     return RewardConfig(
         version=config.version,
-        functions=[function.spec() for function in configs.stored_functions(config)],
+        functions=[function.spec() for function in functions if not function.is_reward_model],
+        reward_models=[
+            RewardModelSpec(
+                name=function.name,
+                model=function.source,
+                weight=function.weight,
+                version=function.version,
+                **function.settings,
+            )
+            for function in functions
+            if function.is_reward_model
+        ],
         temperature=config.temperature,
         top_p=config.top_p,
         secrets=secrets,

@@ -13,13 +13,20 @@ from sqlalchemy.orm import Session
 from sandbox.agent_api import EnvironmentSpec, ToolSpec
 from sandbox.api import RewardFunctionSpec
 from service.models import AgentCodeVersion, JobConfigVersion, RewardFunctionVersion
-from service.reward_functions.schemas import run_settings
+from service.reward_functions.schemas import (
+    REWARD_MODEL_FORM,
+    reward_model_settings,
+    run_settings,
+)
 
 
 @dataclass(frozen=True)
 class StoredFunction:
     """One reward function of a stored config version, its source resolved: what the API
-    shows (service.job_configs.service) and what the worker loads (``spec()``) alike."""
+    shows (service.job_configs.service) and what the worker loads (``spec()``) alike.
+
+    An entry naming a reward model is one too: its form is REWARD_MODEL_FORM, its source the
+    model, its settings the model's (batch_size, max_length)."""
 
     name: str
     version: int
@@ -27,6 +34,11 @@ class StoredFunction:
     weight: float
     # Run settings stored with the entry (older entries have none: the defaults apply).
     settings: dict[str, Any]
+    form: str = ""
+
+    @property
+    def is_reward_model(self) -> bool:
+        return self.form == REWARD_MODEL_FORM
 
     def spec(self) -> RewardFunctionSpec:
         return RewardFunctionSpec(
@@ -130,16 +142,22 @@ class JobConfigRepository:
         """``config``'s reward functions in their stored order, each with its source."""
         keys = [(name, int(entry["version"])) for name, entry in config.reward_functions.items()]
         sources = self.function_sources(config.job_id, keys)
-        return [
-            StoredFunction(
-                name=name,
-                version=version,
-                source=sources[(name, version)].source,
-                weight=float(config.reward_functions[name]["weight"]),
-                settings=run_settings(config.reward_functions[name]),
+        functions = []
+        for name, version in keys:
+            row = sources[(name, version)]
+            entry = config.reward_functions[name]
+            is_model = row.form == REWARD_MODEL_FORM
+            functions.append(
+                StoredFunction(
+                    name=name,
+                    version=version,
+                    source=row.source,
+                    weight=float(entry["weight"]),
+                    settings=reward_model_settings(entry) if is_model else run_settings(entry),
+                    form=row.form,
+                )
             )
-            for name, version in keys
-        ]
+        return functions
 
     def add_tool_version(self, job_id: str, tool: ToolSpec) -> None:
         self.session.add(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Tag, model_validator
 
 from service.agent_code.schemas import (
     ENVIRONMENT_GIVEN,
@@ -20,10 +20,14 @@ from service.reward_functions.schemas import (
     FUNCTION_NAME,
     MAX_REWARD_FUNCTIONS,
     ONE_REWARD_FUNCTION_GIVEN,
+    REWARD_MODEL_FORM,
     RewardFunctionCreate,
     RewardFunctionSettings,
+    RewardModelCreate,
+    RewardModelSettings,
     RewardModuleInput,
     check_reward_function_count,
+    reward_entry_discriminator,
 )
 from service.secrets import check_secret_changes
 
@@ -34,10 +38,16 @@ class RewardFunctionConfig(RewardFunctionSettings):
     label: str = Field(description="name_vN, as shown in graphs.")
 
 
+class RewardModelConfig(RewardModelSettings):
+    model: str
+    version: int = Field(description="Bumped each time this entry names another model.")
+    label: str = Field(description="name_vN, as shown in graphs.")
+
+
 class JobConfig(BaseModel):
     job_id: str
     version: int
-    reward_functions: dict[str, RewardFunctionConfig]
+    reward_functions: dict[str, RewardFunctionConfig | RewardModelConfig]
     tools: dict[str, ToolConfig] = Field(
         default_factory=dict, description="Agent jobs: the standalone tools, by name."
     )
@@ -65,6 +75,21 @@ class RewardFunctionUpdate(RewardFunctionCreate):
     label: str | None = Field(None, description="Read-only: ignored.")
 
 
+class RewardModelUpdate(RewardModelCreate):
+    """A reward model as JobConfig shows it (`version` and `label` accepted, ignored)."""
+
+    version: int | None = Field(None, description="Read-only: ignored.")
+    label: str | None = Field(None, description="Read-only: ignored.")
+
+
+# One entry of an update: code, or a reward model.
+RewardEntryUpdate = Annotated[
+    Annotated[RewardFunctionUpdate, Tag("code")]
+    | Annotated[RewardModelUpdate, Tag(REWARD_MODEL_FORM)],
+    reward_entry_discriminator(),
+]
+
+
 class JobConfigUpdate(RewardModuleInput):
     """The whole editable config: functions missing here are removed from the next step on,
     and so are tools and environments missing from `tools` and `environments` when those are
@@ -83,7 +108,7 @@ class JobConfigUpdate(RewardModuleInput):
     )
 
     reward_functions: Annotated[
-        dict[str, RewardFunctionUpdate],
+        dict[str, RewardEntryUpdate],
         AfterValidator(check_reward_function_count),
         # The validator's rules, stated in the OpenAPI document.
         Field(
@@ -94,8 +119,8 @@ class JobConfigUpdate(RewardModuleInput):
         ),
     ] = Field(
         default_factory=dict,
-        description="Functions by name. Empty (or left out) only when every environment "
-        "scores the rollouts with get_reward.",
+        description="Functions (or reward models) by name. Empty (or left out) only when "
+        "every environment scores the rollouts with get_reward.",
     )
     tools: (
         Annotated[
@@ -198,3 +223,9 @@ class DryRunResult(BaseModel):
     completions: list[RescoredCompletion]
     advantage_sign_changes: int
     errors: dict[str, list[str]] = Field(description="Per function, the errors it raised.")
+    not_scored: list[str] = Field(
+        default_factory=list,
+        description="Reward models naming another model than the one that scored the step: "
+        "checked, not run (the API has no model runtime); null in new_scores and left out "
+        "of new totals. An entry keeping its model keeps its recorded scores.",
+    )

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from sandbox.agent_api import EnvironmentSpec, ToolSpec
-from sandbox.api import RewardCodeError, RewardForm, RewardFunctionSpec
+from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from service.agent_code.schemas import EnvironmentConfig, ToolConfig
 from service.agent_code.service import (
     agent_code_specs,
@@ -33,7 +33,12 @@ from service.errors import (
     PreconditionRequired,
 )
 from service.events.repository import EventRepository
-from service.job_configs.repository import ENVIRONMENT, TOOL, JobConfigRepository
+from service.job_configs.repository import (
+    ENVIRONMENT,
+    TOOL,
+    JobConfigRepository,
+    StoredFunction,
+)
 from service.job_configs.schemas import (
     DryRunResult,
     JobConfig,
@@ -41,15 +46,28 @@ from service.job_configs.schemas import (
     JobConfigUpdated,
     RescoredCompletion,
     RewardFunctionConfig,
+    RewardModelConfig,
 )
 from service.jobs.repository import JobRepository
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
 from service.jobs.step_repository import StepRepository
-from service.models import Job, JobConfigVersion, RewardFunctionVersion
-from service.reward_functions.schemas import run_settings
+from service.models import Completion, Job, JobConfigVersion, RewardFunctionVersion
+from service.reward_functions.schemas import (
+    REWARD_MODEL_FORM,
+    RewardFunctionCreate,
+    code_entries,
+    model_entries,
+    run_settings,
+    stored_source,
+)
 from service.reward_functions.scoring import score_once
-from service.reward_functions.service import PREFLIGHT_ROWS, check_reward_functions, preflight
+from service.reward_functions.service import (
+    PREFLIGHT_ROWS,
+    check_reward_functions,
+    check_reward_models,
+    preflight,
+)
 from service.reward_functions.totals import weighted_total
 from service.secrets import apply_secret_changes, seal, unseal
 from service.settings import get_settings
@@ -66,16 +84,7 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
     return JobConfig(
         job_id=job.id,
         version=config.version,
-        reward_functions={
-            function.name: RewardFunctionConfig(
-                source=function.source,
-                weight=function.weight,
-                **function.settings,
-                version=function.version,
-                label=label(function.name, function.version),
-            )
-            for function in functions
-        },
+        reward_functions={function.name: _function_config(function) for function in functions},
         tools={
             tool.name: ToolConfig(
                 source=tool.source, version=tool.version, label=label(tool.name, tool.version)
@@ -100,6 +109,18 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
         created_at=config.created_at,
         applied_at_step=config.applied_at_step,
     )
+
+
+def _function_config(function: StoredFunction) -> RewardFunctionConfig | RewardModelConfig:
+    shown = {
+        "weight": function.weight,
+        **function.settings,
+        "version": function.version,
+        "label": label(function.name, function.version),
+    }
+    if function.is_reward_model:
+        return RewardModelConfig(model=function.source, **shown)
+    return RewardFunctionConfig(source=function.source, **shown)
 
 
 def get_config(session: Session, tenant_id: str, job_id: str) -> JobConfig:
@@ -234,17 +255,19 @@ def _validate(
     update: JobConfigUpdate,
     secrets: dict[str, str],
     agent_code: AgentCode,
-) -> dict[str, RewardForm]:
-    """The same checks as at job creation: broken code is a 400 naming the function, tool or
-    environment."""
+) -> tuple[dict[str, str], list[str]]:
+    """The same checks as at job creation: broken code (or a reward model that is none) is a
+    400 naming the function, tool or environment. The entries' forms, and the reward models'
+    warnings."""
     _check_read_only_fields(job, update)
     forms = check_reward_functions(update.reward_functions)
+    warnings = check_reward_models(update.reward_functions)
     _check_stays_what_it_was(session, job, agent_code)
     _load_agent_code(job, update, agent_code, secrets)
     if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
         preflight(rows, update.reward_functions, allow_network=job.allow_network, secrets=secrets)
-    return forms
+    return forms, warnings
 
 
 @dataclass
@@ -374,7 +397,7 @@ def update_config(
     agent_code = _agent_code_after(session, job, update)
     # Validation runs the code in the sandbox (seconds): before taking the row lock, which
     # the worker needs to begin each step.
-    forms = _validate(session, job, update, secrets, agent_code)
+    forms, warnings = _validate(session, job, update, secrets, agent_code)
     # The row lock serializes concurrent updates: each gets its own version, none is lost.
     session.refresh(job, with_for_update=True)
     _check_version(job, if_match)
@@ -400,15 +423,20 @@ def update_config(
                 job_id=job.id,
                 name=name,
                 version=version,
-                source=update.reward_functions[name].source,
-                form=forms[name].value,
+                source=stored_source(update.reward_functions[name]),
+                form=forms[name],
             )
         )
 
+    # A reward model is versioned as code is: by what it names (the same text as code and as
+    # a model are two things).
     function_versions, functions = _versions_for(
-        {name: function.source for name, function in update.reward_functions.items()},
         {
-            n: (row.version, row.source)
+            name: (forms[name] == REWARD_MODEL_FORM, stored_source(function))
+            for name, function in update.reward_functions.items()
+        },
+        {
+            n: (row.version, (row.form == REWARD_MODEL_FORM, row.source))
             for n, row in configs.latest_function_versions(job.id).items()
         },
         current.reward_functions,
@@ -448,6 +476,8 @@ def update_config(
             "secrets_changed": bool(update.secrets),
         },
     )
+    for warning in warnings:
+        EventRepository(session).add_event(job.id, "warning", warning)
     session.flush()
     return JobConfigUpdated(
         version=config.version,
@@ -470,11 +500,15 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
     """Re-score the last recorded step's completions with the proposed functions.
 
     Proposed tools and environments are loaded (400 when they cannot be) but take no part in
-    the re-score: that would take new rollouts, not the recorded ones.
+    the re-score: that would take new rollouts, not the recorded ones. Reward models are not
+    run here (the API has no model runtime): an entry naming the model that scored the step
+    keeps its recorded scores (so a new weight is previewed exactly); one naming another
+    model is checked, listed in ``not_scored``, and left out of the new totals.
     """
     job = get_job(session, tenant_id, job_id)
     _check_read_only_fields(job, update)
     check_reward_functions(update.reward_functions)
+    check_reward_models(update.reward_functions)
     secrets = _secrets_after(job, update)
     _load_agent_code(job, update, _agent_code_after(session, job, update), secrets)
     last_step = job.steps_completed
@@ -487,6 +521,60 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
     )
     if not completions or not update.reward_functions:
         return DryRunResult(step=None, completions=[], advantage_sign_changes=0, errors={})
+    functions = code_entries(update.reward_functions)
+    results = _rescore_functions(session, job, functions, completions, secrets)
+    recorded = _reward_models_of(session, job.id, completions[0].config_version)
+    kept = [
+        n for n, e in model_entries(update.reward_functions).items() if recorded.get(n) == e.model
+    ]
+    not_scored = [n for n in model_entries(update.reward_functions) if n not in kept]
+    names = [*functions, *kept]
+    weights = [update.reward_functions[n].weight for n in names]
+
+    def new_scores(i: int, completion: Completion) -> dict[str, float | None]:
+        scores = {n: results[n].scores[i] for n in functions}
+        scores.update({n: completion.scores.get(n) for n in kept})
+        return scores
+
+    rescored_scores = [new_scores(i, c) for i, c in enumerate(completions)]
+    new_totals = [weighted_total([scores[n] for n in names], weights) for scores in rescored_scores]
+    old_signs = _advantage_signs(
+        [c.prompt_index for c in completions], [c.total for c in completions]
+    )
+    new_signs = _advantage_signs([c.prompt_index for c in completions], new_totals)
+    rescored = [
+        RescoredCompletion(
+            completion_id=c.id,
+            prompt_index=c.prompt_index,
+            group_position=c.group_position,
+            old_scores=c.scores,
+            new_scores={**rescored_scores[i], **{n: None for n in not_scored}},
+            old_total=c.total,
+            new_total=new_totals[i],
+            old_advantage_sign=old_signs[i],
+            new_advantage_sign=new_signs[i],
+        )
+        for i, c in enumerate(completions)
+    ]
+    return DryRunResult(
+        step=last_step,
+        completions=rescored,
+        advantage_sign_changes=sum(o != n for o, n in zip(old_signs, new_signs, strict=True)),
+        errors={n: [e.message for e in r.errors] for n, r in results.items() if r.errors},
+        not_scored=not_scored,
+    )
+
+
+def _rescore_functions(
+    session: Session,
+    job: Job,
+    functions: Mapping[str, RewardFunctionCreate],
+    completions: list[Completion],
+    secrets: dict[str, str],
+) -> dict[str, FunctionResult]:
+    """The proposed functions' results on the recorded completions, in the sandbox."""
+    if not functions:
+        return {}
     rows = DatasetRepository(session).rows_at(
         job.dataset_id, {c.dataset_index for c in completions if c.dataset_index is not None}
     )
@@ -497,10 +585,10 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
             weight=f.weight,
             **run_settings(f.config_entry(1)),
         )
-        for name, f in update.reward_functions.items()
+        for name, f in functions.items()
     ]
     try:
-        results = score_once(
+        return score_once(
             specs,
             [c.prompt for c in completions],
             [c.completion for c in completions],
@@ -514,36 +602,15 @@ def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpda
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None
-    names = list(update.reward_functions)
-    weights = [update.reward_functions[n].weight for n in names]
-    new_totals = [
-        weighted_total([results[n].scores[i] for n in names], weights)
-        for i in range(len(completions))
-    ]
-    old_signs = _advantage_signs(
-        [c.prompt_index for c in completions], [c.total for c in completions]
-    )
-    new_signs = _advantage_signs([c.prompt_index for c in completions], new_totals)
-    rescored = [
-        RescoredCompletion(
-            completion_id=c.id,
-            prompt_index=c.prompt_index,
-            group_position=c.group_position,
-            old_scores=c.scores,
-            new_scores={n: results[n].scores[i] for n in names},
-            old_total=c.total,
-            new_total=new_totals[i],
-            old_advantage_sign=old_signs[i],
-            new_advantage_sign=new_signs[i],
-        )
-        for i, c in enumerate(completions)
-    ]
-    return DryRunResult(
-        step=last_step,
-        completions=rescored,
-        advantage_sign_changes=sum(o != n for o, n in zip(old_signs, new_signs, strict=True)),
-        errors={n: [e.message for e in r.errors] for n, r in results.items() if r.errors},
-    )
+
+
+def _reward_models_of(session: Session, job_id: str, version: int) -> dict[str, str]:
+    """Config ``version``'s reward models: entry name -> the model it names."""
+    configs = JobConfigRepository(session)
+    config = configs.get_config_version(job_id, version)
+    if config is None:
+        return {}
+    return {f.name: f.source for f in configs.stored_functions(config) if f.is_reward_model}
 
 
 def _advantage_signs(groups: list[int], totals: list[float | None]) -> list[int]:

@@ -24,7 +24,7 @@ from service.jobs.status import JobStatus
 from service.reward_functions.schemas import (
     MAX_RUNTIME_PACKAGES,
     ONE_REWARD_FUNCTION_GIVEN,
-    RewardFunctionCreate,
+    RewardEntry,
     RewardFunctionsInput,
     check_reward_function_count,
     plain_requirements,
@@ -79,12 +79,13 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
     )
 
     reward_functions: Annotated[
-        dict[str, RewardFunctionCreate], AfterValidator(check_reward_function_count)
+        dict[str, RewardEntry], AfterValidator(check_reward_function_count)
     ] = Field(
         default_factory=dict,
-        description="Functions by name, each with its own source (may be left out, or empty, "
-        "when reward_module names the functions, or when every environment scores the "
-        "rollouts with get_reward).",
+        description="Functions by name, each with its own source, or naming a reward model "
+        '(`{"model": ..., "weight": ...}`). May be left out, or empty, when '
+        "reward_module names the functions, or when every environment scores the rollouts "
+        "with get_reward.",
     )
     dataset_id: str
     base_model: str = Field(

@@ -43,9 +43,11 @@ from service.models import (
     new_id,
 )
 from service.parameters import INT32_MAX, INT64_MAX
+from service.reward_functions.schemas import stored_source
 from service.reward_functions.service import (
     PREFLIGHT_ROWS,
     check_reward_functions,
+    check_reward_models,
     preflight,
 )
 from service.secrets import seal
@@ -70,6 +72,7 @@ def create_job(
     payload, starting_weights = resolve_init_from(session, tenant_id, payload, store)
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     forms = check_reward_functions(payload.reward_functions)
+    model_warnings = check_reward_models(payload.reward_functions)
     tools, environments = agent_code_specs(
         {tool.name: tool.source for tool in payload.tools}, payload.environments
     )
@@ -144,7 +147,11 @@ def create_job(
     for name, function in payload.reward_functions.items():
         configs.add_function_version(
             RewardFunctionVersion(
-                job_id=job.id, name=name, version=1, source=function.source, form=forms[name]
+                job_id=job.id,
+                name=name,
+                version=1,
+                source=stored_source(function),
+                form=forms[name],
             )
         )
     for tool in tools:
@@ -170,7 +177,7 @@ def create_job(
     )
     events = EventRepository(session)
     events.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
-    for warning in base_model.warnings:
+    for warning in [*base_model.warnings, *model_warnings]:
         events.add_event(job.id, "warning", warning)
     if devices_warning:
         events.add_event(job.id, "warning", devices_warning)

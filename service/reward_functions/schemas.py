@@ -2,10 +2,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from sandbox.api import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_LIMIT, RewardCodeError
 from sandbox.reward_modules import extract_reward_function
@@ -40,12 +49,28 @@ MAX_TEST_SAMPLES = 256
 # How a function runs, stored with each config version beside its weight: changing them gives
 # a new config version, not a new function version.
 FUNCTION_RUN_SETTINGS = ("max_concurrency", "sample_timeout_s", "rate_limit_per_s")
+# A reward entry may name a reward model instead of code. It is stored as a function version
+# whose form is this and whose source is the model (a new model is a new version); its
+# settings, like a function's run settings, are part of the config version.
+REWARD_MODEL_FORM = "model"
+REWARD_MODEL_SETTINGS = ("batch_size", "max_length")
+MAX_MODEL_NAME_CHARS = 500
 
 
-class RewardFunctionSettings(BaseModel):
+class WeightedReward(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    weight: float = Field(1.0, description="Multiplier of this function's score in the total.")
+    weight: float = Field(1.0, description="Multiplier of this reward's score in the total.")
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, weight: float) -> float:
+        if not math.isfinite(weight):
+            raise ValueError("weight must be a finite number")
+        return weight
+
+
+class RewardFunctionSettings(WeightedReward):
     max_concurrency: int = Field(
         DEFAULT_MAX_CONCURRENCY,
         ge=1,
@@ -69,13 +94,6 @@ class RewardFunctionSettings(BaseModel):
         "function, calls of a batch one): keeps a judge API under its quota.",
     )
 
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, weight: float) -> float:
-        if not math.isfinite(weight):
-            raise ValueError("weight must be a finite number")
-        return weight
-
     def config_entry(self, version: int) -> dict[str, Any]:
         """The function's entry in a stored config version; run settings only when set."""
         entry: dict[str, Any] = {"version": version, "weight": self.weight}
@@ -86,6 +104,48 @@ class RewardFunctionSettings(BaseModel):
 def run_settings(entry: dict[str, Any]) -> dict[str, Any]:
     """RewardFunctionSpec keywords from a stored config entry (older entries have none)."""
     return {key: entry[key] for key in FUNCTION_RUN_SETTINGS if entry.get(key) is not None}
+
+
+def reward_model_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """A reward model's settings from its stored config entry (those left unset are absent)."""
+    return {key: entry[key] for key in REWARD_MODEL_SETTINGS if entry.get(key) is not None}
+
+
+class RewardModelSettings(WeightedReward):
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Texts per forward pass of the reward model (each rank scores its own "
+        "share of a step's completions); null: 16.",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="Tokens the reward model reads per text (prompt and completion, with the "
+        "chat template), keeping the end; null: the whole text, as TRL.",
+    )
+
+    def config_entry(self, version: int) -> dict[str, Any]:
+        """The entry in a stored config version; settings only when set."""
+        entry: dict[str, Any] = {"version": version, "weight": self.weight}
+        entry.update(self.model_dump(include=set(REWARD_MODEL_SETTINGS), exclude_none=True))
+        return entry
+
+
+class RewardModelCreate(RewardModelSettings):
+    """A reward scored by a sequence-classification model instead of code."""
+
+    model: str = Field(
+        min_length=1,
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="A sequence-classification model with one label (num_labels 1): a Hugging "
+        "Face model id (checked on the hub), an absolute path on the workers under "
+        "RFT_MODEL_ROOTS, or 'rft-tiny-reward' (built in: it prefers text written with the "
+        "letter a). The workers score with it on the training device, as TRL scores a reward "
+        "model.",
+    )
 
 
 class RewardFunctionCreate(RewardFunctionSettings):
@@ -144,17 +204,67 @@ class RewardModule(BaseModel):
         }
 
 
-def check_reward_function_names(
-    functions: dict[str, RewardFunctionCreate],
-) -> dict[str, RewardFunctionCreate]:
+def reward_entry_kind(entry: Any) -> str | None:
+    """Which kind of reward entry ``entry`` is: "code" (a source) or "model"; None when it
+    gives both or neither (pydantic then refuses it with REWARD_ENTRY_ERROR)."""
+    if isinstance(entry, RewardModelCreate):
+        return REWARD_MODEL_FORM
+    if isinstance(entry, RewardFunctionCreate):
+        return "code"
+    if not isinstance(entry, Mapping):
+        return "code"  # the function schema words the error
+    has_source = entry.get("source") is not None
+    has_model = entry.get("model") is not None
+    if has_source == has_model:
+        return None
+    return REWARD_MODEL_FORM if has_model else "code"
+
+
+REWARD_ENTRY_ERROR = (
+    "a reward entry gives either source (Python code, with optional function) or model (a "
+    "reward model): exactly one of them"
+)
+
+
+def reward_entry_discriminator() -> Discriminator:
+    return Discriminator(
+        reward_entry_kind,
+        custom_error_type="reward_entry",
+        custom_error_message=REWARD_ENTRY_ERROR,
+    )
+
+
+# One entry of reward_functions: code, or a reward model.
+RewardEntry = Annotated[
+    Annotated[RewardFunctionCreate, Tag("code")]
+    | Annotated[RewardModelCreate, Tag(REWARD_MODEL_FORM)],
+    reward_entry_discriminator(),
+]
+Entry = TypeVar("Entry")
+
+
+def code_entries(entries: Mapping[str, Any]) -> dict[str, RewardFunctionCreate]:
+    """The entries that are code (reward functions), in order."""
+    return {n: e for n, e in entries.items() if isinstance(e, RewardFunctionCreate)}
+
+
+def model_entries(entries: Mapping[str, Any]) -> dict[str, RewardModelCreate]:
+    """The entries that name reward models, in order."""
+    return {n: e for n, e in entries.items() if isinstance(e, RewardModelCreate)}
+
+
+def stored_source(entry: RewardFunctionCreate | RewardModelCreate) -> str:
+    """What a function version stores as its source: the code, or the reward model."""
+    return entry.model if isinstance(entry, RewardModelCreate) else entry.source
+
+
+def check_reward_function_names(functions: dict[str, Entry]) -> dict[str, Entry]:
     if not functions:
         raise ValueError("give at least one reward function")
     return check_reward_function_count(functions)
 
 
-def check_reward_function_count(
-    functions: dict[str, RewardFunctionCreate],
-) -> dict[str, RewardFunctionCreate]:
+def check_reward_function_count(functions: dict[str, Entry]) -> dict[str, Entry]:
     """The names and how many, but none is allowed: agent jobs whose environments score the
     rollouts need no function (their models check that one is given otherwise)."""
     return check_identifier_names(functions, what="reward function", most=MAX_REWARD_FUNCTIONS)
@@ -170,10 +280,8 @@ def check_identifier_names(entries: Named, *, what: str, most: int) -> Named:
     return entries
 
 
-# A job's functions by name, as JobCreate, config updates and tests take them.
-RewardFunctions = Annotated[
-    dict[str, RewardFunctionCreate], AfterValidator(check_reward_function_names)
-]
+# A job's functions (and reward models) by name, as tests take them.
+RewardFunctions = Annotated[dict[str, RewardEntry], AfterValidator(check_reward_function_names)]
 
 
 # At least one reward function, from either field (what check_reward_function_names
@@ -209,8 +317,8 @@ class RewardFunctionsInput(RewardModuleInput):
     """Reward functions one by one, from a module, or both (names must not repeat)."""
 
     reward_functions: RewardFunctions = Field(
-        description="Functions by name, each with its own source (may be left out, or empty, "
-        "when reward_module names the functions)."
+        description="Functions by name, each with its own source or naming a reward model "
+        "(may be left out, or empty, when reward_module names the functions)."
     )
 
 
@@ -288,7 +396,10 @@ class RewardErrorOut(BaseModel):
 
 
 class FunctionTestResult(BaseModel):
-    form: str
+    form: str = Field(
+        description="sample or batch: how a function is called; model: a reward model "
+        "(checked, not run: its scores are null)."
+    )
     scores: list[float | None]
     errors: list[RewardErrorOut]
     error_rate: float
@@ -300,4 +411,12 @@ class FunctionTestResult(BaseModel):
 class RewardFunctionTestResult(BaseModel):
     samples: list[Sample]
     results: dict[str, FunctionTestResult]
-    totals: list[float | None] = Field(description="Weighted sum per sample, as in training.")
+    totals: list[float | None] = Field(
+        description="Weighted sum per sample, as in training, of the functions that ran."
+    )
+    not_scored: list[str] = Field(
+        default_factory=list,
+        description="Reward models among the entries: checked (the model exists and is a "
+        "sequence classifier with one label) but not run, since the API has no model runtime; "
+        "their scores are null and left out of totals. Training scores them on the workers.",
+    )

@@ -7,18 +7,23 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sandbox.api import FunctionResult, RewardCodeError, RewardForm, RewardFunctionSpec
+from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from sandbox.inspection import inspect_reward_source
+from service.base_models.reward_models import check_reward_model
 from service.datasets.repository import DatasetRepository
 from service.datasets.service import get_dataset
 from service.errors import InvalidRewardFunction
 from service.reward_functions.schemas import (
+    REWARD_MODEL_FORM,
     FunctionTestResult,
     RewardErrorOut,
     RewardFunctionCreate,
     RewardFunctionTest,
     RewardFunctionTestResult,
+    RewardModelCreate,
     Sample,
+    code_entries,
+    model_entries,
     run_settings,
 )
 from service.reward_functions.scoring import score_once
@@ -30,15 +35,32 @@ PREFLIGHT_COMPLETIONS = ("", "A short sample completion.")
 PREFLIGHT_ROWS = 4
 
 
-def check_reward_functions(functions: Mapping[str, RewardFunctionCreate]) -> dict[str, RewardForm]:
-    """Static check of every function (no user code runs here). 400 names the function."""
-    forms: dict[str, RewardForm] = {}
-    for name, function in functions.items():
+def check_reward_functions(entries: Mapping[str, Any]) -> dict[str, str]:
+    """Static check of every function (no user code runs here). 400 names the function.
+
+    Each entry's form, as stored: the function's RewardForm, or REWARD_MODEL_FORM for an
+    entry naming a reward model (check_reward_models checks those)."""
+    forms: dict[str, str] = {}
+    for name, entry in entries.items():
+        if isinstance(entry, RewardModelCreate):
+            forms[name] = REWARD_MODEL_FORM
+            continue
         try:
-            forms[name] = inspect_reward_source(name, function.source)
+            forms[name] = inspect_reward_source(name, entry.source).value
         except RewardCodeError as exc:
             raise InvalidRewardFunction(str(exc)) from None
     return forms
+
+
+def check_reward_models(entries: Mapping[str, Any]) -> list[str]:
+    """The pre-flight of every entry naming a reward model (service.base_models.reward_models):
+    400 naming the entry, else the warnings (a path only the workers have, an unchecked hub id)
+    for the job's events."""
+    return [
+        warning
+        for name, entry in model_entries(entries).items()
+        for warning in check_reward_model(name, entry.model, get_settings()).warnings
+    ]
 
 
 def _specs(functions: Mapping[str, RewardFunctionCreate]) -> list[RewardFunctionSpec]:
@@ -90,32 +112,47 @@ def dataset_samples(
 def try_reward_functions(
     session: Session, tenant_id: str, request: RewardFunctionTest
 ) -> RewardFunctionTestResult:
+    """Score the samples with the request's functions. Its reward models are checked but not
+    run (the API has no model runtime: they run on the workers, on the training device);
+    the result lists them in ``not_scored``."""
     forms = check_reward_functions(request.reward_functions)
+    check_reward_models(request.reward_functions)
+    functions = code_entries(request.reward_functions)
     if request.samples is not None:
         samples = request.samples
     else:
         assert request.dataset_id is not None
         completions = request.completions or [""] * request.rows
         samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
-    if request.runtime_packages:
+    if request.runtime_packages and functions:
         # Installing may take minutes: hand the database connection back meanwhile.
         session.commit()
-    results = _run(
-        request.reward_functions,
-        samples,
-        allow_network=request.allow_network,
-        secrets=request.secrets,
-        runtime_packages=request.runtime_packages,
+    results = (
+        _run(
+            functions,
+            samples,
+            allow_network=request.allow_network,
+            secrets=request.secrets,
+            runtime_packages=request.runtime_packages,
+        )
+        if functions
+        else {}
     )
-    return _describe(request.reward_functions, forms, samples, results)
+    models = list(model_entries(request.reward_functions))
+    for name in models:
+        results[name] = FunctionResult(name=name, version=1, scores=[None] * len(samples))
+    described = _describe(functions, forms, samples, results)
+    described.not_scored = models
+    return described
 
 
 def _describe(
     functions: dict[str, RewardFunctionCreate],
-    forms: dict[str, RewardForm],
+    forms: dict[str, str],
     samples: list[Sample],
     results: dict[str, FunctionResult],
 ) -> RewardFunctionTestResult:
+    """The test's result; totals over ``functions`` (the entries that ran)."""
     names = list(functions)
     weights = [functions[name].weight for name in names]
     totals = [
@@ -127,7 +164,7 @@ def _describe(
         totals=totals,
         results={
             name: FunctionTestResult(
-                form=forms[name].value,
+                form=forms[name],
                 scores=result.scores,
                 errors=[
                     RewardErrorOut(
@@ -150,7 +187,7 @@ def _describe(
 
 def preflight(
     rows: list[dict[str, Any]],
-    functions: Mapping[str, RewardFunctionCreate],
+    entries: Mapping[str, Any],
     *,
     allow_network: bool,
     secrets: dict[str, str],
@@ -158,7 +195,10 @@ def preflight(
     """Reject (400, naming the function) functions, already statically checked, that cannot
     run at all: they fail to load, or fail on every pre-flight sample. Failing on some
     samples is the user's business: those samples get no score in training, and the error
-    is recorded."""
+    is recorded. Reward models among ``entries`` are not run here (check_reward_models)."""
+    functions = code_entries(entries)
+    if not functions:
+        return
     samples = [
         Sample(prompt=row["prompt"], completion=completion, example=row)
         for row in rows[:PREFLIGHT_ROWS]

@@ -158,9 +158,10 @@ class Evaluator:
         step: int,
         ranks: RankGroup,
     ) -> ScoredShare:
-        """This rank's share generated here (plain completions) and scored in the sandbox."""
-        config = dispatcher.config
-        names = [spec.name for spec in config.functions]
+        """This rank's share generated here (plain completions), scored in the sandbox (and by
+        the reward models)."""
+        # Not an agent job: the sources are the reward functions and reward models.
+        names = [name for name, _, _ in dispatcher.reward_sources()]
         prompts = [row["prompt"] for row in share]
         calls = lockstep_calls(_engine(trainer), len(self.rows), ranks.world_size)
         completions = self._generate(trainer, prompts, step, calls)
@@ -168,8 +169,7 @@ class Evaluator:
         scored = ScoredShare(scores={name: [] for name in names}, errors={}, totals=[])
         if completions:  # a rank may get no prompt (fewer prompts than ranks)
             results, totals = score_samples(
-                dispatcher.sandbox,
-                config,
+                dispatcher,
                 prompts=[prompt for prompt in prompts for _ in range(repeats)],
                 completions=completions,
                 examples=[row for row in share for _ in range(repeats)],

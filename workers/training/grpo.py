@@ -36,6 +36,7 @@ from workers.training.generation import release_vllm
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
+from workers.training.reward_models import RewardModelScorer
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.starting_weights import (
     StartingOptimizerState,
@@ -74,7 +75,13 @@ def run_grpo(
         if agent_sandbox is None:
             raise ValueError("this job has tools or environments: it needs an agent sandbox")
         agents = AgentSession(agent_sandbox, spec.dataset, DATASET_INDEX_COLUMN)
-    dispatcher = RewardDispatcher(sandbox, spec.reward_config, spec.dataset, agents)
+    dispatcher = RewardDispatcher(
+        sandbox,
+        spec.reward_config,
+        spec.dataset,
+        agents,
+        reward_models=RewardModelScorer(spec.model_cache_dir),
+    )
     dispatcher.load_initial()
     trainer = build_trainer(spec, dispatcher)
     try:

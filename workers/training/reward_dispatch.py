@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from sandbox.api import FunctionResult, RewardSandbox, ScoringBatch
+from sandbox.api import FunctionResult, RewardCodeError, RewardSandbox, ScoringBatch
 from workers.training.agents import AgentSession, final_answer
+from workers.training.reward_models import RewardModelScorer
 from workers.training.step_records import RewardConfig
 
 REWARD_FUNCTION_NAME = "rft_reward"
@@ -90,9 +91,12 @@ class RewardDispatcher:
         config: RewardConfig,
         rows: Sequence[dict[str, Any]],
         agents: AgentSession | None = None,
+        reward_models: RewardModelScorer | None = None,
     ) -> None:
         self._sandbox = sandbox
         self.config = config
+        # Entries that name a reward model: scored on this rank's device, not in the sandbox.
+        self.reward_models = reward_models
         # Agent jobs: the tools and environments, whose get_reward scores beside the functions.
         self.agents = agents
         # The dataset's rows as uploaded. With them, each sample's `example` is its own row,
@@ -102,21 +106,35 @@ class RewardDispatcher:
         self.last_generation: ScoredGeneration | None = None
 
     def apply_config(self, config: RewardConfig) -> None:
-        """Score the next batches with ``config``; RewardCodeError if its functions cannot load,
-        AgentCodeError if its tools or environments cannot (the config in force then stays)."""
+        """Score the next batches with ``config``; RewardCodeError if its functions or reward
+        models cannot load, AgentCodeError if its tools or environments cannot (the config in
+        force then stays)."""
         agents = self.agents
         agent_code_changes = agents is not None and (
             config.tools != self.config.tools or config.environments != self.config.environments
         )
         if agents is not None and agent_code_changes:
             agents.load(config.tools, config.environments)
+        functions_loaded = False
         try:
             self._sandbox.load(config.functions)
+            functions_loaded = True
+            self._load_reward_models(config)
         except BaseException:
             if agents is not None and agent_code_changes:
                 agents.load(self.config.tools, self.config.environments)
+            if functions_loaded:
+                self._sandbox.load(self.config.functions)
             raise
         self.config = config
+
+    def _load_reward_models(self, config: RewardConfig) -> None:
+        if config.reward_models and self.reward_models is None:
+            raise RewardCodeError(
+                config.reward_models[0].name, "this run was started without reward-model scoring"
+            )
+        if self.reward_models is not None:
+            self.reward_models.load(config.reward_models)
 
     @contextlib.contextmanager
     def scoring_rows(self, rows: Sequence[dict[str, Any]]) -> Iterator[None]:
@@ -142,11 +160,14 @@ class RewardDispatcher:
         if self.agents is not None:
             self.agents.load(self.config.tools, self.config.environments)
         self._sandbox.load(self.config.functions)
+        self._load_reward_models(self.config)
 
     def reward_sources(self) -> list[tuple[str, float, int]]:
-        """(name, weight, version) of everything that scores: the reward functions, then the
-        environments whose get_reward owns (part of) the reward."""
-        sources = [(spec.name, spec.weight, spec.version) for spec in self.config.functions]
+        """(name, weight, version) of everything that scores: the reward functions, the
+        reward models, then the environments whose get_reward owns (part of) the reward."""
+        config = self.config
+        sources = [(spec.name, spec.weight, spec.version) for spec in config.functions]
+        sources += [(spec.name, spec.weight, spec.version) for spec in config.reward_models]
         if self.agents is not None:
             sources += [
                 (spec.name, spec.weight, spec.version) for spec in self.agents.rewarded_environments
@@ -184,6 +205,9 @@ class RewardDispatcher:
                 trajectories=trajectories,
             )
         )
+        if self.reward_models is not None:
+            # TRL's own prompts and completions: a reward model reads them as TRL renders them.
+            results.update(self.reward_models.score(prompts, completions))
         if self.agents is not None:
             results.update(self.agents.environment_rewards(kwargs.get("environments"), len(texts)))
 
@@ -211,23 +235,27 @@ class RewardDispatcher:
 
 
 def score_samples(
-    sandbox: RewardSandbox,
-    config: RewardConfig,
+    dispatcher: RewardDispatcher,
     *,
     prompts: list[Any],
     completions: list[str],
     examples: list[dict[str, Any]],
     step: int,
 ) -> tuple[dict[str, FunctionResult], list[float | None]]:
-    """Score samples outside training (validation) with ``config``: each function's results,
-    and the weighted totals as training computes them."""
-    results = sandbox.score(
+    """Score samples outside training (validation) with the dispatcher's config: each
+    function's and reward model's results, and the weighted totals as training computes them."""
+    results = dispatcher.sandbox.score(
         ScoringBatch(prompts=prompts, completions=completions, examples=examples, step=step)
     )
-    names = [spec.name for spec in config.functions]
+    if dispatcher.reward_models is not None:
+        results.update(dispatcher.reward_models.score(prompts, completions))
+    sources = dispatcher.reward_sources()
     totals = trl_weighted_totals(
-        [[function_score(results, name, i) for name in names] for i in range(len(completions))],
-        [spec.weight for spec in config.functions],
+        [
+            [function_score(results, name, i) for name, _, _ in sources]
+            for i in range(len(completions))
+        ],
+        [weight for _, weight, _ in sources],
     )
     return results, totals
 

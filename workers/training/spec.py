@@ -52,7 +52,8 @@ class TrainingSpec:
         missing = [i for i, row in enumerate(self.dataset) if "prompt" not in row]
         if missing:
             raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")
-        if not (self.reward_config.functions or self.reward_config.environments):
+        config = self.reward_config
+        if not (config.functions or config.reward_models or config.environments):
             # An environment may own the reward (get_reward); that is checked when it loads.
             raise ValueError("reward_config: give at least one reward function")
         if self.init_optimizer and self.init_adapter is None:

@@ -77,6 +77,19 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class RewardModelSpec:
+    """A reward scored by a sequence-classification model on the trainer's device
+    (workers.training.reward_models), beside the sandboxed functions."""
+
+    name: str
+    model: str  # a built-in name (rft-tiny-reward), a path on the worker, or a hub id
+    weight: float = 1.0
+    version: int = 1  # bumped when the entry names another model
+    batch_size: int | None = None  # texts per forward pass; None: the scorer's default
+    max_length: int | None = None  # tokens kept per text (its end); None: all, as TRL
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     """One version of a job's live config, as the ranks apply it."""
 
@@ -90,3 +103,5 @@ class RewardConfig:
     # Agent jobs: the tools and environments the model may use from this version on.
     tools: list[ToolSpec] = field(default_factory=list)
     environments: list[EnvironmentSpec] = field(default_factory=list)
+    # Rewards scored by reward models instead of code.
+    reward_models: list[RewardModelSpec] = field(default_factory=list)

@@ -447,7 +447,36 @@ class RewardModule:
         return {"source": self.source, "functions": self.functions}
 
 
-RewardFunctionLike: TypeAlias = str | Callable[..., Any] | RewardFunction
+class RewardModel(BaseModel):
+    """A reward scored by a sequence-classification model instead of code::
+
+        rft.RewardModel("OpenAssistant/reward-model-deberta-v3-large-v2", weight=0.5)
+        rft.RewardModel("rft-tiny-reward")  # built in: prefers text written with the letter a
+
+    ``model`` is a Hugging Face model id, an absolute path on the workers under the server's
+    RFT_MODEL_ROOTS, or a built-in name; it must have one label (num_labels 1). The workers
+    score with it on the training device, as TRL scores a reward model.
+    """
+
+    model: str
+    weight: float = 1.0
+    batch_size: int | None = Field(None, description="Texts per forward pass; None: 16.")
+    max_length: int | None = Field(
+        None, description="Tokens read per text (its end); None: the whole text."
+    )
+
+    def __init__(self, model: str | os.PathLike[str], *, weight: float = 1.0, **extra: Any) -> None:
+        super().__init__(model=os.fspath(model), weight=weight, **extra)
+
+    def to_request(self) -> dict[str, Any]:
+        return self.model_dump(
+            include={"model", "weight", *REWARD_MODEL_SETTINGS}, exclude_none=True
+        )
+
+
+REWARD_MODEL_SETTINGS = ("batch_size", "max_length")
+
+RewardFunctionLike: TypeAlias = str | Callable[..., Any] | RewardFunction | RewardModel
 
 
 class RewardFunctionConfig(RewardFunction):
@@ -467,11 +496,37 @@ class RewardFunctionConfig(RewardFunction):
         super().__init__(source, weight=weight, version=version, **extra)
 
 
+class RewardModelConfig(RewardModel):
+    """A reward model as the server stores it; ``version`` is None until the server saves it
+    (a new model is a new version, a new weight is not)."""
+
+    version: int | None = None
+    label: str | None = Field(None, description="name_vN, as shown in graphs.")
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        weight: float = 1.0,
+        version: int | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(model, weight=weight, version=version, **extra)
+
+
+# An entry of a config's reward_functions: code, or a reward model.
+RewardEntryConfig: TypeAlias = RewardFunctionConfig | RewardModelConfig
+
+
 def to_reward_function_config(
     name: str, value: RewardFunctionLike | Mapping[str, Any], *, weight: float = 1.0
-) -> RewardFunctionConfig:
-    if isinstance(value, RewardFunctionConfig):
+) -> RewardEntryConfig:
+    if isinstance(value, RewardFunctionConfig | RewardModelConfig):
         return value
+    if isinstance(value, RewardModel):
+        return RewardModelConfig.model_validate(value.model_dump(exclude={"version", "label"}))
+    if isinstance(value, Mapping) and value.get("model") is not None:
+        return RewardModelConfig.model_validate(value)
     if isinstance(value, RewardFunction):
         return RewardFunctionConfig.model_validate(value.model_dump(exclude={"version", "label"}))
     if isinstance(value, Mapping):
@@ -485,17 +540,20 @@ def to_reward_function_config(
 RewardFunctionsInput: TypeAlias = Mapping[str, RewardFunctionLike | Mapping[str, Any]]
 
 
-class RewardFunctionMap(ConfigMap[RewardFunctionConfig]):
-    """Reward functions by name; assigning a function or source string keeps the old weight.
+class RewardFunctionMap(ConfigMap[RewardEntryConfig]):
+    """Reward functions (and reward models) by name; assigning a function or source string
+    keeps the old weight.
 
     ``config.reward_functions["fmt"] = my_function`` replaces fmt's code and leaves its weight,
-    ``config.reward_functions["fmt"].weight = 0.5`` changes only the weight.
+    ``config.reward_functions["fmt"].weight = 0.5`` changes only the weight, and
+    ``config.reward_functions["judge"] = rft.RewardModel("org/other-rm", weight=2)`` swaps a
+    reward model.
     """
 
     def __init__(self, functions: RewardFunctionsInput | None = None) -> None:
         super().__init__(functions)
 
-    def _converted(self, name: str, value: Any) -> RewardFunctionConfig:
+    def _converted(self, name: str, value: Any) -> RewardEntryConfig:
         previous = self.get(name)
         weight = previous.weight if previous is not None else 1.0
         return to_reward_function_config(name, value, weight=weight)
@@ -583,6 +641,11 @@ class DryRunResult(BaseModel):
     completions: list[RescoredCompletion] = Field(default_factory=list)
     advantage_sign_changes: int
     errors: dict[str, list[str]] = Field(default_factory=dict)
+    not_scored: list[str] = Field(
+        default_factory=list,
+        description="Reward models naming another model than the one that scored the step: "
+        "not run by the server (None in new_scores, left out of new totals).",
+    )
 
 
 class RewardFunctionLog(BaseModel):
@@ -621,7 +684,9 @@ class Sample(BaseModel):
 
 
 class FunctionTestResult(BaseModel):
-    form: str = Field("", description="sample or batch: how the function is called.")
+    form: str = Field(
+        "", description="sample or batch: how the function is called; model: a reward model."
+    )
     scores: list[float | None]
     errors: list[SampleError] = Field(default_factory=list)
     error_rate: float = 0.0
@@ -634,7 +699,12 @@ class RewardFunctionTestResult(BaseModel):
     samples: list[Sample] = Field(default_factory=list)
     results: dict[str, FunctionTestResult]
     totals: list[float | None] = Field(
-        default_factory=list, description="Weighted sum per sample, as in training."
+        default_factory=list,
+        description="Weighted sum per sample, as in training, of the functions that ran.",
+    )
+    not_scored: list[str] = Field(
+        default_factory=list,
+        description="Reward models: checked by the server, not run (their scores are None).",
     )
 
 

@@ -1357,6 +1357,11 @@ function foldUnchanged(ops) {
 }
 
 // Per function: what changed between two config versions, changed functions first.
+// What a reward entry runs: its code, or the reward model it names.
+function entryText(entry) {
+  return entry.model ? `reward model: ${entry.model}` : entry.source;
+}
+
 function functionChanges(from, to) {
   const names = [...new Set([...Object.keys(from.reward_functions),
     ...Object.keys(to.reward_functions)])].sort();
@@ -1366,12 +1371,15 @@ function functionChanges(from, to) {
     if (!before) notes.push(`added (weight ${formatWeight(after.weight)})`);
     else if (!after) notes.push("removed");
     else {
-      if (before.version !== after.version) notes.push(`new code (${before.label} → ${after.label})`);
+      if (before.version !== after.version) {
+        notes.push(`${after.model ? "new model" : "new code"} (${before.label} → ${after.label})`);
+      }
       if (before.weight !== after.weight) {
         notes.push(`weight ${formatWeight(before.weight)} → ${formatWeight(after.weight)}`);
       }
       // How the function runs (concurrency, limits) changes without a new code version.
-      for (const key of ["max_concurrency", "sample_timeout_s", "rate_limit_per_s"]) {
+      for (const key of ["max_concurrency", "sample_timeout_s", "rate_limit_per_s", "batch_size",
+        "max_length"]) {
         if ((before[key] ?? null) !== (after[key] ?? null)) {
           notes.push(`${key} ${before[key] ?? "default"} → ${after[key] ?? "default"}`);
         }
@@ -1461,7 +1469,7 @@ class ConfigPanel {
   }
 
   diffBlock({ name, before, after }) {
-    const ops = diffLines(before ? before.source : "", after ? after.source : "");
+    const ops = diffLines(before ? entryText(before) : "", after ? entryText(after) : "");
     const changed = ops.filter(([op]) => op !== " ").length;
     const title = !before ? `${name}: added as ${after.label}` : !after ? `${name}: removed` :
       before.version === after.version ? `${name}: ${after.label}` :
@@ -1614,7 +1622,9 @@ class PlaygroundPanel {
   async score(slot, messages, answer, config) {
     const functions = {};
     for (const [name, fn] of Object.entries(config.reward_functions)) {
-      functions[name] = { source: fn.source, weight: fn.weight };
+      // A reward model is checked there, not run (the API has no model runtime).
+      functions[name] = fn.model ? { model: fn.model, weight: fn.weight } :
+        { source: fn.source, weight: fn.weight };
     }
     let result;
     try {

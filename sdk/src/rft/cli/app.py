@@ -146,7 +146,8 @@ def create_job(
     file: Annotated[Path, typer.Option("--file", "-f", exists=True, help="The job's YAML spec.")],
 ) -> None:
     """Create a job from YAML: dataset_id (or dataset: a file to upload), base_model,
-    reward_functions (name: {source or source_file, weight}), hyperparameters, init_from."""
+    reward_functions (name: {source or source_file, weight} or {model, weight}),
+    hyperparameters, init_from."""
     spec = read_job_spec(file)
     client = client_for(context)
     dataset_path = spec.pop("dataset_path", None)

@@ -1,7 +1,8 @@
 """YAML files the CLI reads and writes: job specs and job configs.
 
 Reward function sources may be inline (``source``) or in a file next to the YAML
-(``source_file``), so a job spec can live in a repository beside its reward code. A whole
+(``source_file``), so a job spec can live in a repository beside its reward code. A reward
+scored by a reward model names it instead: ``{model, weight, batch_size, max_length}``. A whole
 reward file serves several functions: ``function`` names the def to run in it (the server keeps
 what that def uses), or a job spec's ``reward_module: {source_file, functions}`` names them.
 
@@ -20,7 +21,7 @@ import yaml
 
 from rft.agents import Environment, Tool
 from rft.errors import RFTError
-from rft.models import RUN_SETTINGS, JobConfig, RewardModule
+from rft.models import REWARD_MODEL_SETTINGS, RUN_SETTINGS, JobConfig, RewardModel, RewardModule
 
 
 def _reward_functions(raw: Any, base_dir: Path, where: str) -> dict[str, dict[str, Any]]:
@@ -34,12 +35,23 @@ def _reward_functions(raw: Any, base_dir: Path, where: str) -> dict[str, dict[st
             spec = {"source": spec}
         if not isinstance(spec, dict):
             raise RFTError(f"{where}: reward function {name!r} must be a mapping")
+        if "model" in spec:
+            if "source" in spec or "source_file" in spec:
+                raise RFTError(f"{where}: reward function {name!r}: give model or source, not both")
+            functions[str(name)] = {
+                "model": str(spec["model"]),
+                "weight": float(spec.get("weight", 1.0)),
+            }
+            for key in REWARD_MODEL_SETTINGS:
+                if spec.get(key) is not None:
+                    functions[str(name)][key] = spec[key]
+            continue
         if "source_file" in spec:
             source = (base_dir / str(spec["source_file"])).read_text()
         elif "source" in spec:
             source = str(spec["source"])
         else:
-            raise RFTError(f"{where}: reward function {name!r} needs source or source_file")
+            raise RFTError(f"{where}: reward function {name!r} needs source, source_file or model")
         functions[str(name)] = {"source": source, "weight": float(spec.get("weight", 1.0))}
         for key in ("function", *RUN_SETTINGS):
             if spec.get(key) is not None:
@@ -247,16 +259,20 @@ def config_to_yaml(config: JobConfig) -> str:
         "job_id": config.job_id,
         "version": config.version,
         "reward_functions": {
-            name: {
-                "weight": function.weight,
-                # Run settings travel too, so `config update` of this file keeps them.
-                **{
-                    key: getattr(function, key)
-                    for key in RUN_SETTINGS
-                    if getattr(function, key) is not None
-                },
-                "source": function.source,
-            }
+            name: (
+                function.to_request()
+                if isinstance(function, RewardModel)
+                else {
+                    "weight": function.weight,
+                    # Run settings travel too, so `config update` of this file keeps them.
+                    **{
+                        key: getattr(function, key)
+                        for key in RUN_SETTINGS
+                        if getattr(function, key) is not None
+                    },
+                    "source": function.source,
+                }
+            )
             for name, function in config.reward_functions.items()
         },
     }

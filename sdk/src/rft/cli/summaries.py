@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rft.agents import AssistantMessage, ToolCall, ToolMessage, TrajectoryMessage
-from rft.models import DryRunResult, JobConfig
+from rft.models import DryRunResult, JobConfig, RewardFunction, RewardModel
 
 # A changed score smaller than this is rounding noise, not a change.
 SCORE_TOLERANCE = 1e-9
@@ -59,7 +59,10 @@ def config_changes(current: JobConfig, proposed: JobConfig) -> list[str]:
             lines.append(f"{name}: removed")
         elif before is not None:
             changes = []
-            if before.source != after.source:
+            if isinstance(after, RewardModel):
+                if not isinstance(before, RewardModel) or before.model != after.model:
+                    changes.append(f"model {after.model}")
+            elif not isinstance(before, RewardFunction) or before.source != after.source:
                 changes.append("new code")
             if before.weight != after.weight:
                 changes.append(f"weight {before.weight:g} → {after.weight:g}")
