@@ -53,6 +53,7 @@ def plan_job(
     dataset, validation = _training_and_validation_rows(session, job)
     spec = TrainingSpec(
         base_model=job.base_model,
+        method=job.method,
         dataset=dataset,
         validation=validation,
         reward_config=load_reward_config(

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.reproducible_sampling",
             "workers.training.reward_dispatch",
             "workers.training.reward_stats",
+            "workers.training.sft",
             "workers.training.spec",
             "workers.training.step_reporting",
             "workers.training.stop_sequences",

@@ -127,6 +127,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "num_devices",
         "num_nodes",
         "engine",
+        "method",
         "tools",
         "environment",
         "environments",
@@ -137,7 +138,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
     if bool(spec.get("dataset_id")) == bool(spec.get("dataset")):
         raise RFTError(f"{path}: give either dataset_id or dataset (a file to upload)")
     scored_by = ("reward_functions", "reward_module", "environment", "environments")
-    if not any(spec.get(key) for key in scored_by):
+    if spec.get("method") != "sft" and not any(spec.get(key) for key in scored_by):
         raise RFTError(
             f"{path}: give reward_functions, reward_module or both (an agent job may instead "
             "be scored by its environment's get_reward)"
@@ -160,8 +161,9 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "runtime_packages": [str(p) for p in spec.get("runtime_packages") or []],
         "secrets": _secrets_from_env(spec.get("secrets_from_env") or [], str(path)),
     }
-    # Devices, nodes and engine: the server's defaults (1, 1, 'ddp') unless the file names them.
-    for key in ("num_devices", "num_nodes", "engine"):
+    # Devices, nodes, engine and method: the server's defaults (1, 1, 'ddp', 'grpo') unless the
+    # file names them.
+    for key in ("num_devices", "num_nodes", "engine", "method"):
         if spec.get(key) is not None:
             job[key] = spec[key]
     # Agent parts: only when named, so the request of a plain job is what it always was.

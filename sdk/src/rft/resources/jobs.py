@@ -25,6 +25,7 @@ from rft.models import (
     Job,
     JobConfig,
     JobEvent,
+    JobMethod,
     Page,
     RewardError,
     RewardFunctionLog,
@@ -65,6 +66,7 @@ def _create_request(
     reward_functions: RewardFunctionsInput | None,
     reward_module: RewardModule | None,
     base_model: str,
+    method: JobMethod | None = None,
     hyperparameters: Hyperparameters | Mapping[str, Any] | None,
     name: str | None,
     allow_network: bool,
@@ -106,6 +108,8 @@ def _create_request(
         body["num_nodes"] = num_nodes
     if engine is not None:
         body["engine"] = engine
+    if method is not None:
+        body["method"] = method
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
     # Agent parts only when given: a job without them is the single-answer job it always was.
@@ -281,6 +285,7 @@ class Jobs:
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
         base_model: str = DEFAULT_BASE_MODEL,
+        method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -296,7 +301,7 @@ class Jobs:
         environment: Environment | None = None,
         environments: Mapping[str, Environment] | None = None,
     ) -> Job:
-        """Start a GRPO job.
+        """Start a GRPO job, or with ``method="sft"`` a supervised one.
 
         ``reward_functions`` maps a name to a Python function, a source string, or
         ``RewardFunction(fn_or_source, weight=...)``; a function that uses module-level
@@ -322,12 +327,20 @@ class Jobs:
         methods are tools, its ``get_reward()`` a reward); ``environments={name: ...}`` names
         several (a dataset's ``environment`` column picks one per row). ``max_turns`` and
         ``tool_timeout_s`` in ``hyperparameters`` bound a rollout and one tool call.
+
+        Supervised fine-tuning: ``method="sft"`` trains on the dataset's answers (rows of
+        ``{"messages": [...]}`` ending with the assistant's message, or ``{"prompt": ...,
+        "completion": ...}``) with no reward functions; ``hyperparameters`` take SFT's fields
+        (``batch_size``, ``max_length``, the learning rate, LoRA, steps and checkpoints). Each
+        step's ``loss`` and ``metrics`` (:meth:`steps`) trace it; its adapter can seed a GRPO
+        job.
         """
         options = _create_request(
             dataset=dataset,
             reward_functions=reward_functions,
             reward_module=reward_module,
             base_model=base_model,
+            method=method,
             hyperparameters=hyperparameters,
             name=name,
             allow_network=allow_network,
@@ -651,6 +664,7 @@ class AsyncJobs:
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
         base_model: str = DEFAULT_BASE_MODEL,
+        method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -672,6 +686,7 @@ class AsyncJobs:
             reward_functions=reward_functions,
             reward_module=reward_module,
             base_model=base_model,
+            method=method,
             hyperparameters=hyperparameters,
             name=name,
             allow_network=allow_network,
