@@ -108,6 +108,8 @@ class Job(Base):
     name: Mapped[str | None] = mapped_column(String(300), nullable=True)
     base_model: Mapped[str] = mapped_column(String(500))
     hyperparameters: Mapped[dict[str, Any]] = mapped_column(Json)
+    # How it trains: "grpo" (rewards) or "sft" (supervised, on the dataset's answers).
+    method: Mapped[str] = mapped_column(String(16), default="grpo", server_default=text("'grpo'"))
     status: Mapped[str] = mapped_column(String(16), index=True)
     failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The newest stored reward config; the worker applies it at the next step boundary.
@@ -241,6 +243,10 @@ class Step(Base):
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
     # Agent jobs: tool calls, turns, truncation and per-tool errors (StepRecord.agent_metrics).
     agent_metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # Supervised jobs: what TRL logs beside loss and learning rate (grad_norm,
+    # mean_token_accuracy, entropy, num_tokens; eval_loss and eval_mean_token_accuracy at
+    # evaluated steps). Null for GRPO steps.
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -57,6 +57,7 @@ def plan_job(
     output_dir = settings.resolved_artifacts_dir / job_id
     spec = TrainingSpec(
         base_model=job.base_model,
+        method=job.method,
         dataset=dataset,
         validation=validation,
         reward_config=load_reward_config(

@@ -64,6 +64,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             "frac_reward_zero_std": frac_reward_zero_std(record.completions),
             "reward_functions": functions_json(record.functions),
             "agent_metrics": record.agent_metrics,
+            "metrics": record.metrics,
         },
         completions=completion_copy_lines(job_id, record),
         errors=[

@@ -147,7 +147,8 @@ def _train(
     try:
         store = artifact_store(settings)
         plan = _plan(job_id, settings, resume_from)
-        _record_generation(job_id, plan.spec)
+        if plan.spec.method == "grpo":  # a supervised job generates nothing
+            _record_generation(job_id, plan.spec)
         hyperparameters = plan.spec.hyperparameters
         observer = DatabaseObserver(
             job_id,

@@ -3,6 +3,8 @@
 Every row needs a ``prompt``: a non-empty string, or a non-empty list of chat messages
 (``{"role": ..., "content": ...}``). Other columns are passed to reward functions as they are.
 In CSV a prompt cell that holds a JSON list of messages is read as a chat prompt.
+A dataset for supervised fine-tuning may instead give every row ``messages`` (a conversation,
+a non-empty list of chat messages) and no prompt (service.datasets.supervised).
 
 Rows reach reward functions as uploaded, or the upload is refused naming what cannot be kept:
 CSV is read strictly (a quote that never closes is an error naming the line it opened on,
@@ -75,10 +77,14 @@ def parse_dataset(content: bytes, file_format: FileFormat, *, max_rows: int) -> 
     if file_format != "jsonl":  # JSONL lines were checked as they were read
         _check_storable(rows)
     columns = _columns(rows)
+    if "prompt" not in columns and "messages" in columns:
+        _check_conversations(rows, file_format)
+        return ParsedDataset(file_format, rows, columns, "chat")
     if "prompt" not in columns:
         raise InvalidDataset(
             f"no 'prompt' column: found columns {columns}. Every row needs a 'prompt' "
-            "holding a string or a list of chat messages"
+            "holding a string or a list of chat messages (or, for supervised fine-tuning, "
+            "'messages': a conversation)"
         )
     prompt_kind = _check_prompts(rows, file_format)
     return ParsedDataset(file_format, rows, columns, prompt_kind)
@@ -160,9 +166,12 @@ def _read_csv(content: bytes) -> list[dict[str, Any]]:
         row: dict[str, Any] = dict(zip(header, cells, strict=False))
         for name in header[len(cells) :]:
             row[name] = None  # a short line: its missing fields, as DictReader fills them
-        prompt = row.get("prompt")
-        if isinstance(prompt, str) and prompt.lstrip().startswith("["):
-            row["prompt"] = _maybe_chat_json(prompt)
+        # A dataset's messages (when it has no prompts) are read as a prompt is; in a dataset
+        # with prompts, a 'messages' column is another column, passed on as written.
+        column = "prompt" if "prompt" in header else "messages"
+        cell = row.get(column)
+        if isinstance(cell, str) and cell.lstrip().startswith("["):
+            row[column] = _maybe_chat_json(cell)
         rows.append(row)
     if header is None:
         raise InvalidDataset("CSV has no header row")
@@ -276,7 +285,7 @@ def _check_prompts(rows: list[dict[str, Any]], file_format: FileFormat) -> Liter
                 raise InvalidDataset(f"{where}: 'prompt' is empty")
             kinds.add("text")
         elif isinstance(prompt, list):
-            _check_messages(prompt, where)
+            check_messages(prompt, where, "prompt")
             kinds.add("chat")
         else:
             raise InvalidDataset(
@@ -288,9 +297,25 @@ def _check_prompts(rows: list[dict[str, Any]], file_format: FileFormat) -> Liter
     return "chat" if "chat" in kinds else "text"
 
 
-def _check_messages(messages: list[Any], where: str) -> None:
+def _check_conversations(rows: list[dict[str, Any]], file_format: FileFormat) -> None:
+    """Every row of a dataset without prompts holds a conversation in ``messages``."""
+    for index, row in enumerate(rows):
+        where = f"row {index + 1}" if file_format != "jsonl" else f"record {index + 1}"
+        messages = row.get("messages")
+        if not isinstance(messages, list):
+            raise InvalidDataset(
+                f"{where}: 'messages' must be a list of chat messages, got "
+                f"{type(messages).__name__}: a dataset without prompts holds a conversation "
+                "in every row's 'messages'"
+            )
+        check_messages(messages, where, "messages")
+
+
+def check_messages(messages: list[Any], where: str, column: str) -> None:
+    """A non-empty list of {"role", "content"} messages (content a string), or InvalidDataset
+    naming ``where`` and the message."""
     if not messages:
-        raise InvalidDataset(f"{where}: 'prompt' is an empty list of messages")
+        raise InvalidDataset(f"{where}: {column!r} is an empty list of messages")
     for position, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("content"), str):
             raise InvalidDataset(

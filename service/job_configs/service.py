@@ -392,6 +392,11 @@ def update_config(
     if_match: str | None,
 ) -> JobConfigUpdated:
     job = get_job(session, tenant_id, job_id)
+    if job.method != "grpo":
+        raise BadRequest(
+            f"job {job_id!r} trains with method {job.method!r}, on its dataset's answers: it "
+            "has no reward functions, tools or sampling to change"
+        )
     _check_version(job, if_match)
     secrets = _secrets_after(job, update)
     agent_code = _agent_code_after(session, job, update)

@@ -29,6 +29,8 @@ class JobDoesNotFitGpu(BadRequest):
 
 def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
     """Raise JobDoesNotFitGpu (400) when the job fits none of the GPUs that would run it."""
+    if payload.method == "sft":
+        return  # the plan shares a GPU between vLLM and the trainer; SFT generates nothing
     workers = _vllm_gpu_workers(payload, settings)
     if not workers:
         return

@@ -63,6 +63,42 @@ PRESETS: dict[str, dict[str, Any]] = {
     "medium": {"micro_batch_size": 4},
 }
 
+# What a supervised (method 'sft') job leaves unset gets TRL's SFTConfig defaults.
+SFT_DEFAULTS: dict[str, int] = {"batch_size": 8, "max_length": 1024}
+# A supervised job's learning rate when neither the request nor its preset gives one: TRL's
+# LoRA guide scales full fine-tuning's rate (SFTConfig's 2e-5) by ~10 for LoRA.
+SFT_LEARNING_RATE = 2e-4
+# The fields that mean something to a supervised job (the rest steer GRPO's sampling, its loss,
+# its rewards and its warnings). A job of one method refuses the other's fields when they are
+# given (a preset fills only what applies): jobs.schemas.JobCreate.
+SFT_FIELDS = frozenset(
+    {
+        "preset",
+        "train_steps",
+        "learning_rate",
+        "lr_scheduler_type",
+        "warmup_ratio",
+        "max_grad_norm",
+        "lora_rank",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "adapter",
+        "quantization",
+        "attn_implementation",
+        "optimizer",
+        "bf16",
+        "activation_checkpointing",
+        "seed",
+        "checkpoint_every",
+        "report_to",
+        "eval_every",
+        "eval_max_prompts",
+        *SFT_DEFAULTS,
+    }
+)
+SFT_ONLY_FIELDS = frozenset(SFT_DEFAULTS)
+
 
 class Hyperparameters(BaseModel):
     # NaN and Infinity pass `ge` bounds (beta = Infinity did) and cannot be stored as JSON.
@@ -312,6 +348,22 @@ class Hyperparameters(BaseModel):
         "trackers).",
     )
 
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="method 'sft' only: examples per optimizer step, split evenly over the "
+        f"job's devices (null: {SFT_DEFAULTS['batch_size']}, TRL's per-device default). GRPO's "
+        "step is prompts_per_step x num_generations completions.",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="method 'sft' only: tokens per example; longer ones are cut at the end "
+        f"(null: {SFT_DEFAULTS['max_length']}, TRL's default).",
+    )
+
     eval_every: int | None = Field(
         None,
         ge=1,
@@ -436,6 +488,21 @@ class Hyperparameters(BaseModel):
                 f"num_generations {self.num_generations}); leave it unset to have one chosen"
             )
         return self
+
+    @staticmethod
+    def sft_request(given: dict[str, Any]) -> dict[str, Any]:
+        """A supervised job's hyperparameters as sent, with SFT's learning rate unless the
+        request or its preset sets one (GRPO's default is an RL rate)."""
+        preset = given.get("preset")
+        preset_values = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+        if "learning_rate" in given or "learning_rate" in preset_values:
+            return given
+        return {**given, "learning_rate": SFT_LEARNING_RATE}
+
+    def with_sft_defaults(self) -> Hyperparameters:
+        """For a supervised job: batch_size and max_length resolved, as its record keeps them."""
+        unset = {name: value for name, value in SFT_DEFAULTS.items() if getattr(self, name) is None}
+        return self.model_copy(update=unset) if unset else self
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any]) -> Hyperparameters:

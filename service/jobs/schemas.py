@@ -19,7 +19,7 @@ from service.agent_code.schemas import (
     AgentCodeInput,
     reward_sources_required,
 )
-from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.hyperparameters import SFT_FIELDS, SFT_ONLY_FIELDS, Hyperparameters
 from service.jobs.status import JobStatus
 from service.reward_functions.schemas import (
     MAX_RUNTIME_PACKAGES,
@@ -43,6 +43,10 @@ TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
 # Engines that run only on CUDA GPUs (FSDP on CPU silently trains as plain DDP).
 CUDA_ONLY_ENGINES = frozenset({"fsdp"})
+# How a job trains: GRPO on rewards, or supervised fine-tuning (SFT) on the dataset's answers.
+JobMethod = Literal["grpo", "sft"]
+# A supervised job needs no reward: for the OpenAPI document, beside the reward sources.
+SFT_METHOD_GIVEN: list[Any] = [{"required": ["method"], "properties": {"method": {"const": "sft"}}}]
 
 
 # "job_…" (its final adapter) or "job_…:checkpoint-N" (its checkpoint after step N).
@@ -73,9 +77,24 @@ class InitFrom(NamedTuple):
 
 
 class JobCreate(RewardFunctionsInput, AgentCodeInput):
-    # At least one reward function, or an environment (whose get_reward scores the rollouts).
+    # At least one reward function, or an environment (whose get_reward scores the rollouts),
+    # unless the job is supervised.
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"anyOf": ONE_REWARD_FUNCTION_GIVEN + ENVIRONMENT_GIVEN}
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": ONE_REWARD_FUNCTION_GIVEN + ENVIRONMENT_GIVEN + SFT_METHOD_GIVEN
+        },
+    )
+
+    method: JobMethod = Field(
+        "grpo",
+        description="'grpo' (the default): reinforcement learning on the reward functions' "
+        "scores. 'sft': supervised fine-tuning on the dataset's answers (TRL's SFTTrainer, "
+        "the same LoRA settings): every row is {'messages': [...]} ending with the "
+        "assistant's message, or {'prompt': ..., 'completion': ...}; no reward functions, "
+        "tools or environments; of the hyperparameters only those docs/hyperparameters.md "
+        "lists for SFT (batch_size and max_length are SFT's own). Its adapter can seed a "
+        "GRPO job.",
     )
 
     reward_functions: Annotated[
@@ -198,8 +217,40 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
             )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hyperparameters_of_the_method(cls, data: Any) -> Any:
+        # Read from the request as sent: a preset fills fields of both methods.
+        if not isinstance(data, dict):
+            return data
+        method = data.get("method", "grpo")
+        given = data.get("hyperparameters", {})
+        if isinstance(given, dict):
+            check_method_hyperparameters(method, set(given))
+            if method == "sft":
+                data = {**data, "hyperparameters": Hyperparameters.sft_request(given)}
+        return data
+
     @model_validator(mode="after")
     def _something_scores(self) -> JobCreate:
+        if self.method == "sft":
+            given = [
+                name
+                for name, value in (
+                    ("reward_functions", self.reward_functions),
+                    ("tools", self.tools),
+                    ("environments", self.environments),
+                    ("runtime_packages", self.runtime_packages),
+                )
+                if value
+            ]
+            if given:
+                raise ValueError(
+                    f"method 'sft' learns from the dataset's answers: leave out "
+                    f"{', '.join(given)} (they are for method 'grpo')"
+                )
+            self.hyperparameters = self.hyperparameters.with_sft_defaults()
+            return self
         reward_sources_required(self.reward_functions, self.environments)
         return self
 
@@ -229,6 +280,26 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
         return plain_requirements(packages)
 
 
+def check_method_hyperparameters(method: Any, given: set[str]) -> None:
+    """Refuse the hyperparameters a request gives that the job's method does not use."""
+    known = set(Hyperparameters.model_fields)
+    if method == "sft":
+        foreign = sorted((given & known) - SFT_FIELDS)
+        if foreign:
+            raise ValueError(
+                f"hyperparameters {', '.join(foreign)} steer GRPO and mean nothing to method "
+                f"'sft': leave them out (SFT uses {', '.join(sorted(SFT_FIELDS))})"
+            )
+    elif method == "grpo":
+        foreign = sorted(given & SFT_ONLY_FIELDS)
+        if foreign:
+            raise ValueError(
+                f"hyperparameters {', '.join(foreign)} are for method 'sft': a GRPO step is "
+                "prompts_per_step x num_generations completions, and max_prompt_length and "
+                "max_completion_length bound its tokens"
+            )
+
+
 class RewardFunctionState(BaseModel):
     version: int
     weight: float
@@ -243,6 +314,7 @@ class Job(BaseModel):
     failure_reason: str | None
     base_model: str
     dataset_id: str
+    method: str = Field("grpo", description="'grpo' or 'sft' (supervised fine-tuning).")
     hyperparameters: dict[str, Any]
     config_version: int
     applied_config_version: int | None
@@ -323,6 +395,13 @@ class Step(BaseModel):
         description="Agent jobs (tools or environments): tool calls and turns per rollout, "
         "the share of rollouts cut off at max_turns, and per tool its calls, errors by kind, "
         "error rate and mean duration. null for single-answer jobs.",
+    )
+    metrics: dict[str, float] | None = Field(
+        None,
+        description="Supervised (method 'sft') jobs: what TRL logged beside loss and "
+        "learning_rate: grad_norm, mean_token_accuracy, entropy, num_tokens (tokens trained "
+        "on so far), and eval_loss and eval_mean_token_accuracy at evaluated steps (an SFT "
+        "step's reward fields are null). null for GRPO steps.",
     )
     created_at: datetime
 

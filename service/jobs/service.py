@@ -29,6 +29,7 @@ from service.jobs import step_json
 from service.jobs.device_options import check_cuda_only_options
 from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
+from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.status import JobStatus, ensure_transition
@@ -71,6 +72,7 @@ def create_job(
     # First: the parent may give the job its base model and LoRA shape.
     payload, starting_weights = resolve_init_from(session, tenant_id, payload, store)
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
+    check_datasets_fit_method(session, tenant_id, payload, dataset)  # before reward code reads it
     forms = check_reward_functions(payload.reward_functions)
     model_warnings = check_reward_models(payload.reward_functions)
     tools, environments = agent_code_specs(
@@ -84,7 +86,8 @@ def create_job(
         runtime_packages=payload.runtime_packages,
         tool_timeout_s=payload.hyperparameters.tool_timeout_s,
     )
-    require_scores(loaded, len(payload.reward_functions))
+    if payload.method == "grpo":  # a supervised job has nothing to score
+        require_scores(loaded, len(payload.reward_functions))
     if payload.reward_functions and not payload.runtime_packages:
         # Functions that need runtime packages can only run once the worker has installed
         # them; they get the static check only.
@@ -95,7 +98,7 @@ def create_job(
             secrets=payload.secrets,
         )
     prompts_per_step = payload.hyperparameters.prompts_per_step
-    if dataset.row_count < prompts_per_step:
+    if payload.method == "grpo" and dataset.row_count < prompts_per_step:
         # The trainer would refuse it at start: say so before a worker is spent.
         raise BadRequest(
             f"dataset {dataset.id!r} has {dataset.row_count} rows, fewer than "
@@ -113,6 +116,7 @@ def create_job(
         name=payload.name,
         base_model=payload.base_model,
         hyperparameters=payload.hyperparameters.model_dump(mode="json"),
+        method=payload.method,
         status=JobStatus.QUEUED.value,
         config_version=1,
         allow_network=payload.allow_network,
@@ -204,7 +208,10 @@ def _check_validation_source(
     if payload.validation_split is not None:
         held_out = validation_rows_held_out(training_rows, payload.validation_split)
         left = training_rows - held_out
-        prompts_per_step = payload.hyperparameters.prompts_per_step
+        # A supervised step's examples may repeat rows: it needs one row to train on.
+        prompts_per_step = (
+            payload.hyperparameters.prompts_per_step if payload.method == "grpo" else 1
+        )
         if left < prompts_per_step:
             raise BadRequest(
                 f"validation_split={payload.validation_split} holds out {held_out} of the "

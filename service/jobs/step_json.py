@@ -46,13 +46,16 @@ def _timestamp(value: datetime) -> str:
 
 
 def step_json(row: RowMapping | dict[str, Any]) -> str:
-    """One step; ``row["reward_functions"]`` and ``row["agent_metrics"]`` (null or missing
-    for a single-answer job) are JSON text (list_steps)."""
+    """One step; ``row["reward_functions"]``, ``row["agent_metrics"]`` (null or missing
+    for a single-answer job) and ``row["metrics"]`` (null or missing for a GRPO job) are JSON
+    text (list_steps)."""
     numbers = ",".join(f'"{name}":{_number(row[name])}' for name in NUMBER_FIELDS)
     agent_metrics = row.get("agent_metrics")
+    metrics = row.get("metrics")
     return (
         f'{{{numbers},"reward_functions":{row["reward_functions"]},'
         f'"agent_metrics":{"null" if agent_metrics is None else agent_metrics},'
+        f'"metrics":{"null" if metrics is None else metrics},'
         f'"created_at":{_timestamp(row["created_at"])}}}'
     )
 

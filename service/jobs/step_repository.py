@@ -59,18 +59,17 @@ class StepRepository:
         self.session = session
 
     def list_steps(self, job_id: str, *, after_step: int, limit: int) -> Sequence[RowMapping]:
-        """Plain rows (not ORM objects), reward_functions and agent_metrics left as the JSON
-        text Postgres holds: a long run's 1000 steps are read often (graphs, the event
-        stream), and building ORM objects or decoding each row's jsonb cost more than the
-        query itself."""
-        as_text = ("reward_functions", "agent_metrics")
+        """Plain rows (not ORM objects), reward_functions, agent_metrics and metrics left as
+        the JSON text Postgres holds: a long run's 1000 steps are read often (graphs, the
+        event stream), and building ORM objects or decoding each row's jsonb cost more than
+        the query itself."""
+        as_text = ("reward_functions", "agent_metrics", "metrics")
         columns = [c for c in Step.__table__.c if c.name not in as_text]
         return (
             self.session.execute(
                 select(
                     *columns,
-                    cast(Step.reward_functions, Text).label("reward_functions"),
-                    cast(Step.agent_metrics, Text).label("agent_metrics"),
+                    *(cast(Step.__table__.c[name], Text).label(name) for name in as_text),
                 )
                 .where(Step.job_id == job_id, Step.step > after_step)
                 .order_by(Step.step)

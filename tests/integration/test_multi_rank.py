@@ -161,6 +161,38 @@ def test_two_rank_job_records_every_completion_of_both_ranks_once(
     wait_gone(list(training_processes(ranks_stack.workers[0].pid)))
 
 
+def test_a_two_rank_sft_job_takes_one_batch_over_both_ranks(
+    ranks_stack: LocalStack, ranks_client: httpx.Client
+) -> None:
+    """Supervised (method 'sft'): the step's batch_size examples split over the ranks (each
+    trains on half), so both ranks together train on what one process would."""
+    rows = [
+        {"prompt": f"Say {letter}:", "completion": f" {letter * (i + 2)}"}
+        for i, letter in enumerate("abcdefgh")
+    ]
+    dataset_id = upload_jsonl(ranks_client, rows)
+
+    def sft_job(num_devices: int) -> list[dict[str, Any]]:
+        request = {
+            "method": "sft",
+            "dataset_id": dataset_id,
+            "num_devices": num_devices,
+            "hyperparameters": {"preset": "tiny-cpu", "train_steps": 3, "batch_size": 8},
+        }
+        job = wait_for(ranks_client, create_job(ranks_client, request)["id"], timeout_s=900)
+        assert job["status"] == "succeeded", job.get("failure_reason")
+        steps = ranks_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
+        assert [s["step"] for s in steps] == [1, 2, 3]
+        return list(steps)
+
+    two, one = sft_job(RANKS), sft_job(1)
+    # Every example once per step (8 rows, batch 8): the tokens trained on are the same.
+    assert [s["metrics"]["num_tokens"] for s in two] == [s["metrics"]["num_tokens"] for s in one]
+    assert [s["loss"] for s in two] == pytest.approx([s["loss"] for s in one], rel=1e-3)
+    # Both ranks trained (each logs the run's start).
+    assert "/rank1] SFT on rft-tiny" in worker_logs(ranks_stack)
+
+
 AGENT_PROMPTS_PER_STEP = 4
 AGENT_NUM_GENERATIONS = 8
 

@@ -206,11 +206,17 @@ def test_a_whole_job_through_the_openai_client(
 
 def test_bad_job_requests_are_openai_errors(client: openai.OpenAI) -> None:
     training = client.files.create(file=("t.jsonl", jsonl(ROWS)), purpose="fine-tune")
-    with pytest.raises(openai.BadRequestError) as supervised:
+    with pytest.raises(openai.BadRequestError) as dpo:
+        client.fine_tuning.jobs.create(
+            model="rft-tiny", training_file=training.id, method={"type": "dpo"}
+        )
+    assert dpo.value.param == "method"  # type: ignore[attr-defined]
+    # A supervised job learns the assistant's answers, which these rows do not hold.
+    with pytest.raises(openai.BadRequestError, match="row 1: nothing to learn") as supervised:
         client.fine_tuning.jobs.create(
             model="rft-tiny", training_file=training.id, method={"type": "supervised"}
         )
-    assert supervised.value.param == "method"  # type: ignore[attr-defined]
+    assert supervised.value.param == "training_file"  # type: ignore[attr-defined]
     with pytest.raises(openai.NotFoundError, match="No such File object: file-missing"):
         client.fine_tuning.jobs.create(
             model="rft-tiny",

@@ -107,6 +107,37 @@ def test_train_watch_and_inspect(cli: CliRunner, tmp_path: Path, rft_client: rft
     assert result.exit_code == 1 and "409" in result.output
 
 
+def test_a_supervised_job_file_trains_and_watches_its_loss(
+    cli: CliRunner, tmp_path: Path, rft_client: rft.Client
+) -> None:
+    (tmp_path / "chats.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"Say {w}"},
+                        {"role": "assistant", "content": w * 3},
+                    ]
+                }
+            )
+            for w in "abcd"
+        )
+    )
+    spec = {
+        "dataset": "chats.jsonl",
+        "method": "sft",  # no reward functions needed
+        "hyperparameters": {"preset": "tiny-cpu", "train_steps": 3, "batch_size": 4},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    invoke(cli, "jobs", "create", "-f", str(path))
+    job = only_job(rft_client)
+    assert job.method == "sft"
+    watched = invoke(cli, "jobs", "watch", job.id, "--interval", "0.3")
+    assert "succeeded" in watched and "step 3/3" in watched
+    assert "loss" in watched and "token accuracy" in watched and "total" not in watched
+
+
 def test_config_round_trip_on_a_running_job(
     cli: CliRunner, tmp_path: Path, rft_client: rft.Client
 ) -> None:

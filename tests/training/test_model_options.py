@@ -18,6 +18,7 @@ from tests.tiny import TINY_HYPERPARAMETERS
 from workers.failures import TrainingOptionUnavailable
 from workers.training import model_options
 from workers.training.grpo import TrainingSpec, run_grpo
+from workers.training.step_records import RewardConfig
 from workers.training.tiny_model import resolve_base_model
 
 from .harness import RecordingObserver, letter_config, reward_sandbox
@@ -99,3 +100,29 @@ def test_a_cpu_worker_refuses_cuda_only_options_naming_them(
 def test_qlora_cannot_train_every_weight() -> None:
     with pytest.raises(ValueError, match="cannot be combined with adapter 'full'"):
         hyperparameters(adapter="full", quantization="4bit")
+
+
+def test_an_sft_job_trains_every_weight_too(tmp_path: Path, model_cache_dir: Path) -> None:
+    """The supervised trainer takes the same options (workers.training.sft)."""
+    from workers.training.sft import run_sft
+
+    rows = [
+        {"messages": [{"role": "user", "content": f"Say {w}"}, {"role": "assistant", "content": w}]}
+        for w in ("apple", "banana", "cherry", "date")
+    ]
+    spec = TrainingSpec(
+        base_model="rft-tiny",
+        method="sft",
+        dataset=rows,
+        reward_config=RewardConfig(version=1, functions=[]),
+        hyperparameters=Hyperparameters.model_validate(
+            {"preset": "tiny-cpu", "train_steps": 2, "batch_size": 4, "adapter": "full"}
+        ),
+        output_dir=tmp_path,
+        model_cache_dir=model_cache_dir,
+    )
+    outcome = run_sft(spec, RecordingObserver())
+    assert outcome.steps_completed == 2
+    saved = outcome.adapter_path
+    assert saved is not None and (saved / "model.safetensors").is_file()
+    assert not (saved / "adapter_config.json").exists()

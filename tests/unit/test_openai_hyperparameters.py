@@ -1,12 +1,22 @@
-"""OpenAI's reinforcement hyperparameters as ours (docs/openai-compat.md's table)."""
+"""OpenAI's reinforcement and supervised hyperparameters as ours (docs/openai-compat.md's
+tables)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.jobs.hyperparameters import PRESETS, Hyperparameters
-from service.openai_compat.fine_tuning.schemas import ReinforcementHyperparameters
-from service.openai_compat.fine_tuning.service import InvalidJobRequest, our_hyperparameters
+from service.jobs.hyperparameters import PRESETS, SFT_DEFAULTS, SFT_LEARNING_RATE, Hyperparameters
+from service.models import Job
+from service.openai_compat.fine_tuning.schemas import (
+    ReinforcementHyperparameters,
+    SupervisedHyperparameters,
+)
+from service.openai_compat.fine_tuning.service import (
+    InvalidJobRequest,
+    our_hyperparameters,
+    our_supervised_hyperparameters,
+    their_supervised_hyperparameters,
+)
 
 
 def test_the_tiny_model_gets_its_preset_and_auto_keeps_ours() -> None:
@@ -61,4 +71,35 @@ def test_out_of_range_values_are_400s_naming_the_field(
     with pytest.raises(InvalidJobRequest, match=message):
         our_hyperparameters(
             ReinforcementHyperparameters.model_validate(given), model="rft-tiny", seed=None, rows=4
+        )
+
+
+def test_supervised_hyperparameters_map_onto_sft_and_back() -> None:
+    ours = our_supervised_hyperparameters(
+        SupervisedHyperparameters(n_epochs=3, batch_size=4, learning_rate_multiplier=0.5),
+        model="org/m",
+        seed=2,
+        rows=10,
+    )
+    assert ours.batch_size == 4
+    assert ours.train_steps == 8  # ceil(3 epochs x 10 rows / 4 a step)
+    assert ours.learning_rate == pytest.approx(SFT_LEARNING_RATE * 0.5)
+    assert ours.seed == 2
+    job = Job(
+        method="sft",
+        base_model="org/m",
+        hyperparameters=ours.with_sft_defaults().model_dump(mode="json"),
+    )
+    assert their_supervised_hyperparameters(job, 10) == SupervisedHyperparameters(
+        n_epochs=3, batch_size=4, learning_rate_multiplier=0.5
+    )
+    # The tiny model keeps its preset's learning rate; "auto" keeps SFT's batch.
+    tiny = our_supervised_hyperparameters(
+        SupervisedHyperparameters(batch_size="auto"), model="rft-tiny", seed=None, rows=10
+    )
+    assert tiny.learning_rate == PRESETS["tiny-cpu"]["learning_rate"]
+    assert tiny.with_sft_defaults().batch_size == SFT_DEFAULTS["batch_size"]
+    with pytest.raises(InvalidJobRequest, match="batch_size"):
+        our_supervised_hyperparameters(
+            SupervisedHyperparameters(batch_size=0), model="org/m", seed=None, rows=10
         )

@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.reward_dispatch",
             "workers.training.reward_models",
             "workers.training.reward_stats",
+            "workers.training.sft",
             "workers.training.spec",
             "workers.training.starting_weights",
             "workers.training.step_reporting",

@@ -13,11 +13,8 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from peft import PeftModel
 from transformers import (
-    AutoModelForCausalLM,
     AutoTokenizer,
-    PreTrainedModel,
     PreTrainedTokenizerBase,
     PrinterCallback,
 )
@@ -27,7 +24,6 @@ from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
 from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
-from workers.failures import TrainingOptionUnavailable
 from workers.training import model_options
 from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
@@ -41,7 +37,6 @@ from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.starting_weights import (
     StartingOptimizerState,
     reference_in_adapter_dtype,
-    with_starting_adapter,
 )
 from workers.training.step_reporting import StepReporter
 from workers.training.tiny_model import resolve_base_model
@@ -176,31 +171,8 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
     args = _grpo_config(spec, use_cuda=use_cuda, use_bf16=use_bf16, model_path=model_path)
-    dtype = torch.bfloat16 if use_bf16 else torch.float32
-    model_options.check_runnable(hp, use_cuda=use_cuda)
-    base = AutoModelForCausalLM.from_pretrained(
-        model_path, **model_options.model_load_kwargs(hp, dtype=dtype)
-    )
-    # Where and how this rank trains, in the worker's log: the one line that tells a GPU job
-    # from one that fell back to CPU.
-    logger.info(
-        "training on %s in %s (activation checkpointing %s): %s, attention %s, optimizer %s",
-        f"cuda ({torch.cuda.get_device_name()})" if use_cuda else "cpu",
-        str(dtype).removeprefix("torch."),
-        "on" if args.gradient_checkpointing else "off",
-        model_options.describe(hp),
-        hp.attn_implementation,
-        args.optim,
-    )
-    lora = model_options.peft_config(hp)  # None: every weight trains
-    if spec.init_adapter is not None and lora is None:
-        raise TrainingOptionUnavailable(
-            "init_from continues a LoRA adapter: a job with adapter 'full' cannot start from one"
-        )
-    model: PreTrainedModel | PeftModel = (
-        base
-        if spec.init_adapter is None or lora is None
-        else with_starting_adapter(base, spec.init_adapter, lora, args)
+    model, lora = model_options.load_trained_model(
+        hp, model_path, args, use_cuda=use_cuda, init_adapter=spec.init_adapter
     )
     trainer = RecordingGRPOTrainer(
         model=model,
@@ -214,8 +186,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
             ),
         ),
         processing_class=tokenizer,
-        # A fresh adapter, unless the model already wears the job's starting one.
-        peft_config=lora if spec.init_adapter is None else None,
+        peft_config=lora,
         max_prompt_length=hp.max_prompt_length,
         stop_sequences=hp.stop,
         mask_truncated_completions=hp.mask_truncated_completions,

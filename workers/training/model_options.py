@@ -9,13 +9,19 @@ refuses them already where no running worker has a GPU: service.jobs.device_opti
 from __future__ import annotations
 
 import importlib.util
+import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 from peft import LoraConfig
+from transformers import AutoModelForCausalLM, TrainingArguments
 
 from service.jobs.hyperparameters import Hyperparameters
 from workers.failures import TrainingOptionUnavailable
+from workers.training.starting_weights import with_starting_adapter
+
+logger = logging.getLogger(__name__)
 
 # transformers' name (OptimizerNames) of bitsandbytes' 8-bit AdamW.
 BNB_ADAMW_8BIT = "adamw_bnb_8bit"
@@ -84,3 +90,38 @@ def model_load_kwargs(hp: Hyperparameters, *, dtype: torch.dtype) -> dict[str, A
 def optimizer_name(hp: Hyperparameters) -> str:
     """TrainingArguments' ``optim``."""
     return BNB_ADAMW_8BIT if hp.optimizer == "adamw_8bit" else "adamw_torch"
+
+
+def load_trained_model(
+    hp: Hyperparameters,
+    model_path: str,
+    args: TrainingArguments,
+    *,
+    use_cuda: bool,
+    init_adapter: Path | None,
+) -> tuple[Any, LoraConfig | None]:
+    """The model a job trains (GRPO's and SFT's alike), and the ``peft_config`` its trainer
+    wraps it with: None when it already wears its starting adapter (init_from) or when every
+    weight trains."""
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    check_runnable(hp, use_cuda=use_cuda)
+    base = AutoModelForCausalLM.from_pretrained(model_path, **model_load_kwargs(hp, dtype=dtype))
+    # Where and how this rank trains, in the worker's log: the one line that tells a GPU job
+    # from one that fell back to CPU.
+    logger.info(
+        "training on %s in %s (activation checkpointing %s): %s, attention %s, optimizer %s",
+        f"cuda ({torch.cuda.get_device_name()})" if use_cuda else "cpu",
+        str(dtype).removeprefix("torch."),
+        "on" if args.gradient_checkpointing else "off",
+        describe(hp) + (" from init_from's adapter" if init_adapter is not None else ""),
+        hp.attn_implementation,
+        args.optim,
+    )
+    lora = peft_config(hp)
+    if init_adapter is None:
+        return base, lora
+    if lora is None:
+        raise TrainingOptionUnavailable(
+            "init_from continues a LoRA adapter: a job with adapter 'full' cannot start from one"
+        )
+    return with_starting_adapter(base, init_adapter, lora, args), None

@@ -221,7 +221,12 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         agent_sandbox = _open_agent_sandbox(job)
         try:
             with tracker_environment(job.report_to, job.spec.reward_config.secrets):
-                outcome = run_grpo(job.spec, sandbox, observer, agent_sandbox)
+                if job.spec.method == "sft":  # supervised: no reward code runs
+                    from workers.training.sft import run_sft
+
+                    outcome = run_sft(job.spec, observer)
+                else:
+                    outcome = run_grpo(job.spec, sandbox, observer, agent_sandbox)
         finally:
             if agent_sandbox is not None:
                 agent_sandbox.close()
@@ -280,6 +285,7 @@ def _warm_imports() -> None:
 
     import workers.training.grpo
     import workers.training.ranks
+    import workers.training.sft
     import workers.training.trackers  # noqa: F401
     from sandbox.process import ProcessSandbox  # noqa: F401
     from service.settings import sandbox_settings  # noqa: F401

@@ -45,10 +45,15 @@ class TrainingSpec:
     # Rows (each with a "prompt") the adapter is evaluated on, as the hyperparameters' eval_*
     # fields say; None: no evaluation.
     validation: list[dict[str, Any]] | None = None
+    # "grpo", or "sft": supervised on the rows' answers (workers.training.sft; the rows are
+    # examples, service.datasets.supervised, and the reward config goes unused).
+    method: str = "grpo"
 
     def __post_init__(self) -> None:
         if not self.dataset:
             raise ValueError("dataset: no rows to train on")
+        if self.method == "sft":
+            return  # its rows are checked as they become examples (run_sft)
         missing = [i for i, row in enumerate(self.dataset) if "prompt" not in row]
         if missing:
             raise ValueError(f"dataset: rows {missing[:5]} have no 'prompt' column")

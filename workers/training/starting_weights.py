@@ -14,14 +14,19 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel
-from transformers import PreTrainedModel, TrainerCallback, TrainerControl, TrainerState
-from trl import GRPOConfig
+from transformers import (
+    PreTrainedModel,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 
 from workers.failures import JobFailure
 
 
 def with_starting_adapter(
-    model: PreTrainedModel, adapter: Path, lora: LoraConfig, args: GRPOConfig
+    model: PreTrainedModel, adapter: Path, lora: LoraConfig, args: TrainingArguments
 ) -> PeftModel:
     """``model`` wearing the adapter at ``adapter``, trainable, shaped as ``lora`` says (the
     job's hyperparameters, which the API made equal to the parent's)."""

@@ -74,6 +74,9 @@ class StepRecord:
     # Agent jobs: tool calls per rollout, turns per rollout, truncated share and, per tool,
     # calls, errors (by kind), error rate and mean duration; None for single-answer jobs.
     agent_metrics: dict[str, Any] | None = None
+    # Supervised jobs: what TRL logged beside loss and learning rate (grad_norm, token
+    # accuracy, ...; eval_* at evaluated steps), stored as the step's metrics; None for GRPO.
+    metrics: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

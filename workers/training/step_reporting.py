@@ -30,7 +30,42 @@ logger = logging.getLogger(__name__)
 _OWN_FIELDS = frozenset({"loss", "kl", "learning_rate", "reward", "reward_std", "epoch"})
 
 
-class StepReporter(TrainerCallback):
+class RunControl(TrainerCallback):
+    """What every method's reporter does around a step's record: ask the observer whether to
+    stop (a paused run checkpoints at that step), and report each checkpoint once."""
+
+    def __init__(self, observer: TrainingObserver) -> None:
+        self._observer = observer
+        self.stop_reason: str | None = None
+        # With N processes: which rank this is (rank 0 records), and the collectives that keep
+        # every rank on the same config and stop decision (see workers/training/ranks.py).
+        self._ranks = RankGroup.current()
+
+    def stop_if_asked(self, control: TrainerControl) -> None:
+        """After the step's record: under N ranks the observer hands rank 0's answer to all."""
+        reason = self._observer.should_stop()
+        if reason is not None:
+            # Kept even when this was the last step anyway: the caller must know the run was
+            # stopped (a cancel that raced the end must not be reported as success).
+            self.stop_reason = reason
+            control.should_training_stop = True
+            # A paused run resumes from its last checkpoint: make that this step.
+            control.should_save = True
+
+    def on_save(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if not self._ranks.is_main:
+            return  # one checkpoint, reported once (the Trainer writes the adapter on rank 0)
+        path = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        self._observer.on_checkpoint(state.global_step, path)
+
+
+class StepReporter(RunControl):
     """Reports every step to the observer and stops training when the observer asks.
 
     Hooks and why they are the right ones (transformers' loop order): ``on_step_begin`` runs
@@ -48,18 +83,14 @@ class StepReporter(TrainerCallback):
         num_generations: int,
         evaluator: Evaluator | None = None,
     ) -> None:
+        super().__init__(observer)
         self._trainer = trainer
         # Validation after the steps it names; its result rides on that step's record.
         self._evaluator = evaluator
         self._dispatcher = dispatcher
-        self._observer = observer
         self._num_generations = num_generations
         self._step_started = time.perf_counter()
-        self.stop_reason: str | None = None
         self._rejected_versions: set[int] = set()
-        # With N processes: which rank this is (rank 0 records), and the collectives that keep
-        # every rank on the same config and stop decision (see workers/training/ranks.py).
-        self._ranks = RankGroup.current()
 
     def on_step_begin(
         self,
@@ -139,27 +170,7 @@ class StepReporter(TrainerCallback):
             record = self._build_record(state.global_step, generation, logs, advantages)
             record.evaluation = evaluation
             self._observer.on_step(record)
-        # Under N ranks the observer hands rank 0's answer to every rank.
-        reason = self._observer.should_stop()
-        if reason is not None:
-            # Kept even when this was the last step anyway: the caller must know the run was
-            # stopped (a cancel that raced the end must not be reported as success).
-            self.stop_reason = reason
-            control.should_training_stop = True
-            # A paused run resumes from its last checkpoint: make that this step.
-            control.should_save = True
-
-    def on_save(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
-    ) -> None:
-        if not self._ranks.is_main:
-            return  # one checkpoint, reported once (the Trainer writes the adapter on rank 0)
-        path = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        self._observer.on_checkpoint(state.global_step, path)
+        self.stop_if_asked(control)
 
     def _build_record(
         self,

@@ -66,6 +66,10 @@ class JobStatus(StrEnum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+# How a job trains: GRPO on rewards, or supervised fine-tuning on the dataset's answers.
+JobMethod = Literal["grpo", "sft"]
+
+
 class Hyperparameters(BaseModel):
     """GRPO settings of a job. Only the fields you set are sent; the server fills the rest.
 
@@ -174,6 +178,12 @@ class Hyperparameters(BaseModel):
     report_to: list[Literal["wandb", "mlflow", "tensorboard", "trackio"]] | None = Field(
         None, description="Experiment trackers the worker also reports to (TRL's report_to)."
     )
+    batch_size: int | None = Field(
+        None, ge=1, description="method 'sft': examples per optimizer step (unset: 8)."
+    )
+    max_length: int | None = Field(
+        None, ge=1, description="method 'sft': tokens per example, longer ones cut (unset: 1024)."
+    )
     eval_every: int | None = Field(
         None, description="With a validation set: evaluate every N steps (and after the last)."
     )
@@ -208,6 +218,8 @@ class Job(BaseModel):
     failure_reason: str | None
     base_model: str
     dataset_id: str
+    # 'grpo', or 'sft' (supervised fine-tuning).
+    method: str = "grpo"
     hyperparameters: dict[str, Any]
     config_version: int
     applied_config_version: int | None
@@ -263,6 +275,9 @@ class Step(BaseModel):
     reward_functions: dict[str, FunctionStepMetrics]
     # Agent jobs: tool calls, turns and tool errors of the step's rollouts; None otherwise.
     agent_metrics: AgentStepMetrics | None = None
+    # Supervised jobs: grad_norm, mean_token_accuracy, entropy, num_tokens, and eval_loss
+    # and eval_mean_token_accuracy at evaluated steps; None for GRPO steps.
+    metrics: dict[str, float] | None = None
     created_at: datetime
 
 

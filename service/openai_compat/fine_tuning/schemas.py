@@ -35,11 +35,26 @@ class ReinforcementMethod(BaseModel):
     hyperparameters: ReinforcementHyperparameters | None = None
 
 
+class SupervisedHyperparameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: Auto | int | None = Field(None, description="-> batch_size")
+    learning_rate_multiplier: Auto | float | None = Field(None, description="x learning_rate")
+    n_epochs: Auto | int | None = Field(None, description="-> train_steps")
+
+
+class SupervisedMethod(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hyperparameters: SupervisedHyperparameters | None = None
+
+
 class Method(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     type: Literal["supervised", "dpo", "reinforcement"]
     reinforcement: ReinforcementMethod | None = None
+    supervised: SupervisedMethod | None = None
 
 
 class FineTuningJobCreate(BaseModel):
@@ -56,7 +71,9 @@ class FineTuningJobCreate(BaseModel):
     metadata: dict[str, str] | None = None
     integrations: list[dict[str, Any]] | None = None
     hyperparameters: dict[str, Any] | None = Field(
-        None, description="Deprecated by OpenAI in favour of method; refused here."
+        None,
+        description="Deprecated by OpenAI in favour of method: a supervised job's "
+        "hyperparameters (when method is left out or supervised without its own).",
     )
 
 

@@ -1,8 +1,9 @@
 """OpenAI's fine-tuning jobs as our jobs: a reinforcement job is created through
 service.jobs (same pre-flight, same row, same worker) with its grader compiled into reward
-functions, and every job of the tenant reads back as a fine_tuning.job. Nothing is stored
-twice: the grader is read back from the reward source it was compiled into, and OpenAI's
-hyperparameters from ours (docs/openai-compat.md has the mapping)."""
+functions, a supervised one as a job of method 'sft', and every job of the tenant reads back
+as a fine_tuning.job. Nothing is stored twice: the grader is read back from the reward source
+it was compiled into, and OpenAI's hyperparameters from ours (docs/openai-compat.md has the
+mapping)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from service.inference.service import fine_tuned_model_name
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
 from service.jobs.hyperparameters import Hyperparameters
+from service.jobs.method_datasets import DatasetUnfitForMethod
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus
 from service.jobs.step_repository import StepRepository
-from service.models import Job
+from service.models import Dataset, Job
 from service.openai_compat.files.schemas import OpenAIPage
 from service.openai_compat.fine_tuning.schemas import (
     CheckpointMetrics,
@@ -38,6 +40,7 @@ from service.openai_compat.fine_tuning.schemas import (
     JobError,
     JobHyperparameters,
     ReinforcementHyperparameters,
+    SupervisedHyperparameters,
 )
 from service.openai_compat.graders.compile import (
     check_grader,
@@ -129,6 +132,10 @@ def our_hyperparameters(
         values["eval_samples"] = theirs.eval_samples
     if seed is not None:
         values["seed"] = seed
+    return validated_hyperparameters(values, param="method.reinforcement.hyperparameters")
+
+
+def validated_hyperparameters(values: dict[str, Any], *, param: str) -> Hyperparameters:
     try:
         return Hyperparameters.model_validate(values)
     except ValidationError as exc:
@@ -136,7 +143,7 @@ def our_hyperparameters(
         field = ".".join(str(part) for part in first["loc"])
         raise InvalidJobRequest(
             f"hyperparameters give {field} = {first.get('input')!r}: {first['msg']}",
-            param="method.reinforcement.hyperparameters",
+            param=param,
         ) from None
 
 
@@ -162,31 +169,27 @@ def their_hyperparameters(job: Job, rows: int) -> ReinforcementHyperparameters:
 
 
 def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -> FineTuningJob:
+    method = request.method
+    if method is None or method.type == "supervised":
+        # OpenAI's default method; its older requests give hyperparameters at the top level.
+        return create_supervised_job(session, tenant_id, request)
     if request.hyperparameters:
         raise InvalidJobRequest(
             "top-level hyperparameters are for supervised jobs (deprecated by OpenAI): give "
             "method.reinforcement.hyperparameters",
             param="hyperparameters",
         )
-    method = request.method
-    if method is None or method.type != "reinforcement" or method.reinforcement is None:
+    if method.type != "reinforcement" or method.reinforcement is None:
         raise InvalidJobRequest(
-            "only reinforcement fine-tuning is offered here: give method={'type': "
-            "'reinforcement', 'reinforcement': {'grader': ..., 'hyperparameters': ...}}",
+            f"method {method.type!r} is not offered here: give method={{'type': "
+            "'reinforcement', 'reinforcement': {'grader': ..., 'hyperparameters': ...}} or "
+            "{'type': 'supervised', 'supervised': {'hyperparameters': ...}}",
             param="method",
         )
     grader = method.reinforcement.grader
     settings = get_settings()
     check_grader(grader, settings)
-    try:
-        training = get_dataset(session, tenant_id, request.training_file)
-    except NotFound:
-        raise NotFound(f"No such File object: {request.training_file}") from None
-    if request.validation_file is not None:
-        try:
-            get_dataset(session, tenant_id, request.validation_file)
-        except NotFound:
-            raise NotFound(f"No such File object: {request.validation_file}") from None
+    training = training_files(session, tenant_id, request)
     theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
     hyperparameters = our_hyperparameters(
         theirs, model=request.model, seed=request.seed, rows=training.row_count
@@ -213,6 +216,110 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
             f"reasoning_effort={theirs.reasoning_effort!r} has no effect: open models here "
             "have no reasoning-effort setting",
         )
+    return fine_tuning_job(session, job, training.row_count)
+
+
+def training_files(session: Session, tenant_id: str, request: FineTuningJobCreate) -> Dataset:
+    """The training file's dataset, after checking that both files are the tenant's."""
+    try:
+        training = get_dataset(session, tenant_id, request.training_file)
+    except NotFound:
+        raise NotFound(f"No such File object: {request.training_file}") from None
+    if request.validation_file is not None:
+        try:
+            get_dataset(session, tenant_id, request.validation_file)
+        except NotFound:
+            raise NotFound(f"No such File object: {request.validation_file}") from None
+    return training
+
+
+# --- supervised jobs ---------------------------------------------------------------------
+
+
+def sft_base(preset: str | None) -> Hyperparameters:
+    """What a supervised job of ``preset`` trains with before OpenAI's hyperparameters apply."""
+    given = Hyperparameters.sft_request({"preset": preset} if preset else {})
+    return Hyperparameters.model_validate(given).with_sft_defaults()
+
+
+def our_supervised_hyperparameters(
+    theirs: SupervisedHyperparameters, *, model: str, seed: int | None, rows: int
+) -> Hyperparameters:
+    """OpenAI's supervised hyperparameters as ours; "auto" (or absent) keeps our value."""
+    preset = preset_for(model)
+    base = sft_base(preset)
+    values: dict[str, Any] = Hyperparameters.sft_request({"preset": preset} if preset else {})
+    if isinstance(theirs.batch_size, int):
+        values["batch_size"] = theirs.batch_size
+    batch_size = values.get("batch_size", base.batch_size)
+    if isinstance(theirs.n_epochs, int):
+        if theirs.n_epochs < 1:
+            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
+        if isinstance(batch_size, int) and batch_size >= 1:
+            values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / batch_size))
+    if isinstance(theirs.learning_rate_multiplier, float | int):
+        values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
+    if seed is not None:
+        values["seed"] = seed
+    return validated_hyperparameters(values, param="method.supervised.hyperparameters")
+
+
+def their_supervised_hyperparameters(job: Job, rows: int) -> SupervisedHyperparameters:
+    ours = job.hyperparameters
+    base = sft_base(ours.get("preset"))
+    batch_size = int(ours.get("batch_size") or base.batch_size or 1)
+    return SupervisedHyperparameters(
+        batch_size=batch_size,
+        n_epochs=max(1, round(int(ours["train_steps"]) * batch_size / max(1, rows))),
+        learning_rate_multiplier=float(ours.get("learning_rate", base.learning_rate))
+        / base.learning_rate,
+    )
+
+
+def create_supervised_job(
+    session: Session, tenant_id: str, request: FineTuningJobCreate
+) -> FineTuningJob:
+    """A job of method 'sft' on the training file's conversations (each line's messages,
+    ending with the assistant's answer)."""
+    supervised = request.method.supervised if request.method is not None else None
+    given = supervised.hyperparameters if supervised is not None else None
+    if request.hyperparameters:
+        if given is not None:
+            raise InvalidJobRequest(
+                "hyperparameters are given twice: keep method.supervised.hyperparameters and "
+                "drop the (deprecated) top-level ones",
+                param="hyperparameters",
+            )
+        try:
+            given = SupervisedHyperparameters.model_validate(request.hyperparameters)
+        except ValidationError as exc:
+            raise InvalidJobRequest(
+                f"hyperparameters: {exc.errors()[0]['msg']}", param="hyperparameters"
+            ) from None
+    training = training_files(session, tenant_id, request)
+    hyperparameters = our_supervised_hyperparameters(
+        given or SupervisedHyperparameters(),
+        model=request.model,
+        seed=request.seed,
+        rows=training.row_count,
+    )
+    report_to, secrets = integrations(request.integrations)
+    if report_to:
+        hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
+    payload = JobCreate(
+        method="sft",
+        dataset_id=training.id,
+        base_model=request.model,
+        hyperparameters=hyperparameters,
+        name=request.suffix,
+        secrets=secrets,
+        validation_dataset_id=request.validation_file,
+    )
+    try:
+        job = jobs.create_job(session, tenant_id, payload)
+    except DatasetUnfitForMethod as exc:
+        param = "validation_file" if exc.dataset_id == request.validation_file else "training_file"
+        raise InvalidJobRequest(exc.detail, param=param) from None
     return fine_tuning_job(session, job, training.row_count)
 
 
@@ -253,8 +360,25 @@ def job_grader(session: Session, job: Job) -> Any | None:
 def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> FineTuningJob:
     if rows is None:
         rows = get_dataset(session, job.tenant_id, job.dataset_id).row_count
-    hyperparameters = their_hyperparameters(job, rows)
-    grader = job_grader(session, job)
+    hyperparameters: ReinforcementHyperparameters | SupervisedHyperparameters
+    if job.method == "sft":
+        hyperparameters = their_supervised_hyperparameters(job, rows)
+        method: dict[str, Any] = {
+            "type": "supervised",
+            "supervised": {"hyperparameters": hyperparameters.model_dump(exclude_none=True)},
+        }
+    else:
+        hyperparameters = their_hyperparameters(job, rows)
+        grader = job_grader(session, job)
+        method = {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER_ADAPTER.dump_python(grader, mode="json", exclude_none=True)
+                if grader is not None
+                else None,
+                "hyperparameters": hyperparameters.model_dump(exclude_none=True),
+            },
+        }
     status = JobStatus(job.status)
     return FineTuningJob(
         id=job.id,
@@ -280,15 +404,7 @@ def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> Fine
         training_file=job.dataset_id,
         validation_file=job.validation_dataset_id,
         suffix=job.name,
-        method={
-            "type": "reinforcement",
-            "reinforcement": {
-                "grader": GRADER_ADAPTER.dump_python(grader, mode="json", exclude_none=True)
-                if grader is not None
-                else None,
-                "hyperparameters": hyperparameters.model_dump(exclude_none=True),
-            },
-        },
+        method=method,
     )
 
 
@@ -353,6 +469,8 @@ def list_events(
 
 
 def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTuningJobEvent]]:
+    if job.method == "sft":
+        return supervised_step_events(session, job)
     repository = StepRepository(session)
     grader = job_grader(session, job)
     main = reward_name(grader.name) if grader is not None else None
@@ -388,21 +506,58 @@ def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTun
             "frac_reward_zero_std": row["frac_reward_zero_std"],
             "config_version": row["config_version"],
         }
-        events.append(
-            (
-                row["created_at"],
-                row["step"],
-                FineTuningJobEvent(
-                    id=f"ftevent-step-{row['step']}",
-                    created_at=int(row["created_at"].timestamp()),
-                    level="info",
-                    message=f"Step {row['step']}/{job.hyperparameters['train_steps']}: "
-                    f"train reward mean {row['reward_mean']}",
-                    data=data,
-                    type="metrics",
-                ),
-            )
+        message = (
+            f"Step {row['step']}/{job.hyperparameters['train_steps']}: "
+            f"train reward mean {row['reward_mean']}"
         )
+        events.append(metrics_event(row, message, data))
+    return events
+
+
+def metrics_event(
+    row: Any, message: str, data: dict[str, Any]
+) -> tuple[datetime, int, FineTuningJobEvent]:
+    """A step's metrics event (a list_steps row), keyed for list_events' ordering."""
+    return (
+        row["created_at"],
+        row["step"],
+        FineTuningJobEvent(
+            id=f"ftevent-step-{row['step']}",
+            created_at=int(row["created_at"].timestamp()),
+            level="info",
+            message=message,
+            data=data,
+            type="metrics",
+        ),
+    )
+
+
+def supervised_metrics(row: Any) -> dict[str, Any]:
+    """A supervised step's metrics under OpenAI's names (a list_steps row)."""
+    logged = json.loads(row["metrics"] or "{}")
+    return {
+        "train_loss": row["loss"],
+        "train_mean_token_accuracy": logged.get("mean_token_accuracy"),
+        "valid_loss": logged.get("eval_loss"),
+        "valid_mean_token_accuracy": logged.get("eval_mean_token_accuracy"),
+    }
+
+
+def supervised_step_events(
+    session: Session, job: Job
+) -> list[tuple[datetime, int, FineTuningJobEvent]]:
+    """One metrics event per step, as OpenAI writes a supervised job's."""
+    total = job.hyperparameters["train_steps"]
+    events = []
+    for row in StepRepository(session).list_steps(job.id, after_step=0, limit=1_000_000):
+        loss = "none" if row["loss"] is None else f"{row['loss']:.4f}"
+        data = {
+            "step": row["step"],
+            "total_steps": total,
+            **supervised_metrics(row),
+            "learning_rate": row["learning_rate"],
+        }
+        events.append(metrics_event(row, f"Step {row['step']}/{total}: training loss={loss}", data))
     return events
 
 
@@ -422,13 +577,8 @@ def list_checkpoints(
             ),
             fine_tuning_job_id=job.id,
             step_number=checkpoint.step,
-            metrics=CheckpointMetrics(
-                step=checkpoint.step,
-                train_loss=steps[checkpoint.step]["loss"] if checkpoint.step in steps else None,
-                train_reward_mean=(
-                    steps[checkpoint.step]["reward_mean"] if checkpoint.step in steps else None
-                ),
-                valid_reward_mean=rewards.get(checkpoint.step),
+            metrics=checkpoint_metrics(
+                job, checkpoint.step, steps.get(checkpoint.step), rewards.get(checkpoint.step)
             ),
         )
         for checkpoint in sorted(
@@ -438,6 +588,19 @@ def list_checkpoints(
         )
     ]
     return page_after(checkpoints, limit, after)
+
+
+def checkpoint_metrics(
+    job: Job, step: int, row: Any | None, valid_reward_mean: float | None
+) -> CheckpointMetrics:
+    if job.method == "sft":
+        return CheckpointMetrics(step=step, **(supervised_metrics(row) if row is not None else {}))
+    return CheckpointMetrics(
+        step=step,
+        train_loss=row["loss"] if row is not None else None,
+        train_reward_mean=row["reward_mean"] if row is not None else None,
+        valid_reward_mean=valid_reward_mean,
+    )
 
 
 # --- pages -------------------------------------------------------------------------------

@@ -422,7 +422,7 @@ class JobPage {
     const facts = [
       ["Status", statusBadge(job.status)],
       ["Progress", progressBar(job.steps_completed, total)],
-      ["Config", `v${job.config_version}` +
+      job.method === "sft" ? ["Method", "supervised (SFT)"] : ["Config", `v${job.config_version}` +
         (job.applied_config_version ? ` (v${job.applied_config_version} applied)` : "")],
       ["Model", el("span", { class: "mono" }, job.base_model)],
       ...(job.parent_job_id ? [["Started from", parentLink(job)]] : []),
@@ -774,7 +774,9 @@ class ChartsPanel {
     const last = steps[steps.length - 1];
     const evals = this.page.evaluations();
     const lastEval = evals[evals.length - 1];
-    const tiles = [
+    // Supervised jobs have a loss and no reward: their own tiles and charts.
+    const supervised = Boolean(this.page.job && this.page.job.method === "sft");
+    const tiles = supervised ? supervisedTiles(steps) : [
       ["Steps recorded", steps.length],
       ["Reward (last step)", last ? formatNumber(last.reward_mean) : "–"],
       ["Reward std", last ? formatNumber(last.reward_std) : "–"],
@@ -808,7 +810,8 @@ class ChartsPanel {
       }
     }
     const colorOf = colorAssigner();
-    setChildren(this.charts, 
+    if (supervised) setChildren(this.charts, ...supervisedCharts(steps, markers, smoothing));
+    else setChildren(this.charts,
       lineChart({
         id: "reward", title: "Total reward (mean ± std)", yLabel: "reward", markers, smoothing,
         series: [{ label: "reward", color: PALETTE[0],
@@ -856,6 +859,46 @@ class ChartsPanel {
       return item;
     }) : [el("li", { class: "muted" }, "No events yet.")]));
   }
+}
+
+// Supervised (method "sft") jobs: the loss per step (and the validation loss where it was
+// measured), and the share of answer tokens the model predicts.
+function supervisedTiles(steps) {
+  const last = steps[steps.length - 1];
+  const metric = (step, key) => (step && step.metrics ? step.metrics[key] : undefined);
+  const evaluated = steps.filter((s) => metric(s, "eval_loss") !== undefined);
+  const lastEval = evaluated[evaluated.length - 1];
+  return [
+    ["Steps recorded", steps.length],
+    ["Loss (last step)", last ? formatNumber(last.loss) : "–"],
+    ["Token accuracy", last && metric(last, "mean_token_accuracy") !== undefined
+      ? `${Math.round(metric(last, "mean_token_accuracy") * 100)} %` : "–"],
+    ["Learning rate", last ? formatNumber(last.learning_rate) : "–"],
+    ["Seconds per step", last ? formatNumber(last.duration_s, 2) : "–"],
+    ...(lastEval ? [[`Validation loss (step ${lastEval.step})`,
+      formatNumber(metric(lastEval, "eval_loss"))]] : []),
+  ];
+}
+
+function supervisedCharts(steps, markers, smoothing) {
+  const metricPoints = (key) => steps.filter((s) => s.metrics && s.metrics[key] !== undefined)
+    .map((s) => ({ x: s.step, y: s.metrics[key] }));
+  const validation = metricPoints("eval_loss");
+  return [
+    lineChart({
+      id: "loss", title: "Training loss", yLabel: "loss", markers, smoothing,
+      series: [{ label: "loss", color: PALETTE[0],
+        points: steps.map((s) => ({ x: s.step, y: s.loss })) },
+      ...(validation.length ? [{ label: "validation", color: VALIDATION_COLOR, sparse: true,
+        points: validation }] : [])],
+    }),
+    lineChart({
+      id: "token-accuracy", title: "Token accuracy (answer tokens predicted)",
+      yLabel: "accuracy", markers, fixedRange: [0, 1], smoothing,
+      series: [{ label: "training", color: PALETTE[1],
+        points: metricPoints("mean_token_accuracy") }],
+    }),
+  ];
 }
 
 // Agent jobs (steps with agent_metrics): how much the rollouts use their tools, and how often

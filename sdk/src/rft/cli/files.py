@@ -139,6 +139,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "num_devices",
         "num_nodes",
         "engine",
+        "method",
         "tools",
         "environment",
         "environments",
@@ -151,7 +152,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
     if bool(spec.get("dataset_id")) == bool(spec.get("dataset")):
         raise RFTError(f"{path}: give either dataset_id or dataset (a file to upload)")
     scored_by = ("reward_functions", "reward_module", "environment", "environments")
-    if not any(spec.get(key) for key in scored_by):
+    if spec.get("method") != "sft" and not any(spec.get(key) for key in scored_by):
         raise RFTError(
             f"{path}: give reward_functions, reward_module or both (an agent job may instead "
             "be scored by its environment's get_reward)"
@@ -174,12 +175,13 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "secrets": _secrets_from_env(spec.get("secrets_from_env") or [], str(path)),
     }
     # The server's defaults (base model 'rft-tiny', or with init_from the parent's; 1 device,
-    # 1 node, 'ddp'; fresh LoRA weights) unless the file names them.
+    # 1 node, 'ddp'; method 'grpo'; fresh LoRA weights) unless the file names them.
     for key in (
         "base_model",
         "num_devices",
         "num_nodes",
         "engine",
+        "method",
         "init_from",
         "init_from_optimizer",
     ):

@@ -25,11 +25,14 @@ def job_view(job: Job, steps: Sequence[Step], evaluation: JobEvent | None = None
     if job.failure_reason:
         title += f"  ({job.failure_reason})"
     table = Table()
-    table.add_column("reward")
+    table.add_column("reward" if job.method == "grpo" else "metric")
     table.add_column("weight", justify="right")
     table.add_column("mean", justify="right")
     table.add_column("std", justify="right")
     table.add_column(f"last {HISTORY_STEPS} steps")
+    if job.method == "sft":
+        _add_supervised_rows(table, recent)
+        return Group(Text(title), table)
     table.add_row(
         "[bold]total[/bold]",
         "",
@@ -70,3 +73,20 @@ def job_view(job: Job, steps: Sequence[Step], evaluation: JobEvent | None = None
         else []
     )
     return Group(Text(title), table, *validation, *warnings)
+
+
+# A supervised step's curves: its loss and what TRL logged beside it (Step.metrics).
+SUPERVISED_ROWS = (
+    ("loss", None),
+    ("token accuracy", "mean_token_accuracy"),
+    ("eval loss", "eval_loss"),
+)
+
+
+def _add_supervised_rows(table: Table, recent: Sequence[Step]) -> None:
+    for label, key in SUPERVISED_ROWS:
+        history = [step.loss if key is None else (step.metrics or {}).get(key) for step in recent]
+        known = [value for value in history if value is not None]
+        if key is not None and not known:
+            continue  # e.g. no validation set: no eval loss
+        table.add_row(label, "", _number(known[-1] if known else None), "", sparkline(history))

@@ -26,6 +26,7 @@ from rft.models import (
     Job,
     JobConfig,
     JobEvent,
+    JobMethod,
     Page,
     RewardError,
     RewardFunctionLog,
@@ -71,6 +72,7 @@ def _create_request(
     reward_functions: RewardFunctionsInput | None,
     reward_module: RewardModule | None,
     base_model: str | None,
+    method: JobMethod | None = None,
     hyperparameters: Hyperparameters | Mapping[str, Any] | None,
     name: str | None,
     allow_network: bool,
@@ -120,6 +122,8 @@ def _create_request(
         body["num_nodes"] = num_nodes
     if engine is not None:
         body["engine"] = engine
+    if method is not None:
+        body["method"] = method
     if reward_module is not None:
         body["reward_module"] = reward_module.to_request()
     # Agent parts only when given: a job without them is the single-answer job it always was.
@@ -300,6 +304,7 @@ class Jobs:
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
         base_model: str | None = None,
+        method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -317,7 +322,7 @@ class Jobs:
         init_from: str | Job | None = None,
         init_from_optimizer: bool = False,
     ) -> Job:
-        """Start a GRPO job.
+        """Start a GRPO job, or with ``method="sft"`` a supervised one.
 
         ``reward_functions`` maps a name to a Python function, a source string, or
         ``RewardFunction(fn_or_source, weight=...)``; a function that uses module-level
@@ -350,12 +355,20 @@ class Jobs:
         ``lora_target_modules``) are then the parent's unless given; ``base_model`` left out
         is otherwise the server's default ('rft-tiny'). ``init_from_optimizer=True`` (with a
         checkpoint) also starts the optimizer from that checkpoint's state.
+
+        Supervised fine-tuning: ``method="sft"`` trains on the dataset's answers (rows of
+        ``{"messages": [...]}`` ending with the assistant's message, or ``{"prompt": ...,
+        "completion": ...}``) with no reward functions; ``hyperparameters`` take SFT's fields
+        (``batch_size``, ``max_length``, the learning rate, LoRA, steps and checkpoints). Each
+        step's ``loss`` and ``metrics`` (:meth:`steps`) trace it; its adapter can seed a GRPO
+        job.
         """
         options = _create_request(
             dataset=dataset,
             reward_functions=reward_functions,
             reward_module=reward_module,
             base_model=base_model,
+            method=method,
             hyperparameters=hyperparameters,
             name=name,
             allow_network=allow_network,
@@ -766,6 +779,7 @@ class AsyncJobs:
         reward_functions: RewardFunctionsInput | None = None,
         reward_module: RewardModule | None = None,
         base_model: str | None = None,
+        method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
@@ -789,6 +803,7 @@ class AsyncJobs:
             reward_functions=reward_functions,
             reward_module=reward_module,
             base_model=base_model,
+            method=method,
             hyperparameters=hyperparameters,
             name=name,
             allow_network=allow_network,

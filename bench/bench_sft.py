@@ -1,0 +1,330 @@
+"""Supervised fine-tuning (method "sft"): what the service costs a step against TRL alone, and
+whether it trains exactly like it.
+
+The same SFT job (tiny model "rft-tiny", 64 chat rows, LoRA r16 on all linear layers, batch 8,
+max_length 64, learning rate 2e-2 constant, seed 0, N steps), run
+(a) bare: a plain TRL SFTTrainer + PEFT LoRA script, its SFTConfig written out (and checked
+    field by field against the worker's workers/training/sft.py:sft_config);
+(b) run_sft, the worker's training code, in this process with an observer that records nothing;
+(c) run_sft with the worker's DatabaseObserver (each step stored in Postgres);
+(d) the service: a LocalStack (embedded Postgres and Redis, API, one Celery worker), the dataset
+    uploaded and the job created over HTTP and waited for.
+Rounds run a, b, c, d, a, b, c, d ... so that the shared machine's load hits all alike.
+
+Per step: the wall time between consecutive steps' ends (step 2 on), for (d) from the steps
+rows' created_at. Parity: per-step losses of every variant against the bare script's.
+
+Run: python bench/bench_sft.py [--steps 50] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import torch
+from bench_overhead import THREADS_ENV, Run, TimedObserver  # type: ignore[import-not-found]
+from datasets import Dataset
+from peft import LoraConfig
+from synthetic import (  # type: ignore[import-not-found]
+    create_running_job,
+    create_tenant_key,
+    use_database,
+)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PrinterCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+from trl import SFTConfig, SFTTrainer
+
+from service.artifacts.storage import artifact_store
+from service.jobs.hyperparameters import Hyperparameters
+from service.settings import get_settings
+from service.stack import LocalStack
+from workers.circuit_breaker import RewardCircuitBreaker
+from workers.database_observer import DatabaseObserver
+from workers.identity import WORKER_ID
+from workers.job_watch import JobWatcher
+from workers.training.sft import run_sft, sft_config
+from workers.training.spec import TrainingSpec
+from workers.training.step_records import RewardConfig
+from workers.training.tiny_model import ensure_tiny_model
+
+WORDS = ["apple", "banana", "cat", "dog", "alpha", "beta", "gamma", "data", "model", "token"]
+ROWS = [
+    {
+        "messages": [
+            {"role": "user", "content": f"Repeat {WORDS[i % len(WORDS)]} {i % 4 + 1} times"},
+            {"role": "assistant", "content": " ".join([WORDS[i % len(WORDS)]] * (i % 4 + 1))},
+        ]
+    }
+    for i in range(64)
+]
+HYPERPARAMETERS: dict[str, Any] = {
+    "preset": "tiny-cpu",  # learning rate 2e-2, constant, no warmup
+    "batch_size": 8,
+    "max_length": 64,
+    "checkpoint_every": 25,
+    "seed": 0,
+}
+
+
+def hyperparameters(steps: int) -> Hyperparameters:
+    return Hyperparameters.model_validate({**HYPERPARAMETERS, "train_steps": steps})
+
+
+def spec(steps: int, output_dir: Path, work: Path) -> TrainingSpec:
+    return TrainingSpec(
+        base_model="rft-tiny",
+        method="sft",
+        dataset=ROWS,
+        reward_config=RewardConfig(version=1, functions=[]),
+        hyperparameters=hyperparameters(steps),
+        output_dir=output_dir,
+        model_cache_dir=work / "models",
+    )
+
+
+def bare_config(steps: int, output_dir: Path) -> SFTConfig:
+    """The SFTConfig a user would write to match the worker's sft_config on CPU."""
+    hp = hyperparameters(steps)
+    return SFTConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        max_length=64,
+        learning_rate=hp.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=steps,
+        seed=0,
+        data_seed=0,
+        bf16=False,
+        fp16=False,
+        activation_checkpointing=False,
+        dataloader_pin_memory=False,
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=hp.checkpoint_every,
+        save_only_model=False,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def config_differences(steps: int, work: Path) -> list[str]:
+    output_dir = work / "compare"
+    ours = sft_config(spec(steps, output_dir, work), use_cuda=False, use_bf16=False).to_dict()
+    bare = bare_config(steps, output_dir).to_dict()
+    return [
+        f"{key}: service {ours.get(key)!r}, bare {bare.get(key)!r}"
+        for key in sorted(set(ours) | set(bare))
+        # The run's name is the job id in trackers; nothing reads it here.
+        if key != "run_name" and ours.get(key) != bare.get(key)
+    ]
+
+
+class StepClock(TrainerCallback):
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self.losses: list[float] = []
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        if logs and "loss" in logs:
+            self.ends.append(time.perf_counter())
+            self.losses.append(float(logs["loss"]))
+
+
+def run_bare(steps: int, work: Path) -> Run:
+    run = Run("bare TRL SFT script")
+    started = time.perf_counter()
+    model_dir = ensure_tiny_model(work / "models")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    trainer = SFTTrainer(
+        model=model,
+        args=bare_config(steps, work / f"bare-{time.monotonic_ns()}"),
+        train_dataset=Dataset.from_list(ROWS),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=16,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        ),
+    )
+    trainer.remove_callback(PrinterCallback)  # as the worker does: no per-step print
+    clock = StepClock()
+    trainer.add_callback(clock)
+    trainer.train()
+    trainer.save_model(str(work / "bare-adapter"))
+    run.end_to_end_s = time.perf_counter() - started
+    run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
+    run.rewards = clock.losses  # the per-step figure compared for parity: the loss
+    return run
+
+
+class LossObserver(TimedObserver):
+    """TimedObserver keeping each step's loss (it keeps a GRPO step's reward)."""
+
+    def on_step(self, record: Any) -> None:
+        super().on_step(record)
+        self.rewards[-1] = record.loss
+
+
+def run_in_process(steps: int, work: Path, *, database: bool) -> Run:
+    run = Run("run_sft" + (", DatabaseObserver" if database else ", no database"))
+    started = time.perf_counter()
+    inner = None
+    watcher = None
+    if database:
+        tenant_id, _ = create_tenant_key()
+        job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
+        watcher = JobWatcher(job_id, get_settings().require_database_url()).__enter__()
+        inner = DatabaseObserver(
+            job_id,
+            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
+            artifact_store(get_settings()),
+            watcher,
+        )
+    observer = LossObserver(inner)
+    try:
+        run_sft(spec(steps, work / f"in-process-{time.monotonic_ns()}", work), observer)
+    finally:
+        if inner is not None:
+            inner.close()
+        if watcher is not None:
+            watcher.__exit__(None, None, None)
+    run.end_to_end_s = time.perf_counter() - started
+    run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
+    run.rewards = observer.rewards
+    run.on_step_s = observer.on_step_s / len(observer.ends)
+    return run
+
+
+def run_service(http: httpx.Client, dataset_id: str, steps: int) -> Run:
+    run = Run("service (Celery worker, HTTP)")
+    started = time.perf_counter()
+    response = http.post(
+        "/v1/jobs",
+        json={
+            "method": "sft",
+            "dataset_id": dataset_id,
+            "hyperparameters": {**HYPERPARAMETERS, "train_steps": steps},
+        },
+    )
+    response.raise_for_status()
+    job_id = response.json()["id"]
+    while True:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.5)  # rarely: polls cost the 2-core machine's worker CPU
+    run.end_to_end_s = time.perf_counter() - started
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
+    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
+    run.step_s = [b - a for a, b in itertools.pairwise(created)]
+    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    run.rewards = [row["loss"] for row in rows]
+    return run
+
+
+def summarize(runs: list[Run]) -> None:
+    kinds = list(dict.fromkeys(run.kind for run in runs))
+    base = statistics.median(s for r in runs if r.kind == kinds[0] for s in r.step_s)
+    reference = runs[0].rewards
+    print("\n== wall time per step (step 2 on; medians over all rounds), loss parity ==")
+    print(
+        f"{'variant':<34} {'s/step':>7} {'vs bare':>8} {'p90':>7} {'submit->done':>13}"
+        f" {'on_step':>8} {'max |loss - bare|':>18}"
+    )
+    for kind in kinds:
+        group = [r for r in runs if r.kind == kind]
+        steps = [s for r in group for s in r.step_s]
+        per_step = statistics.median(steps)
+        p90 = statistics.quantiles(steps, n=10)[-1]
+        done = statistics.median(r.end_to_end_s for r in group)
+        on_step = statistics.median(r.on_step_s for r in group)
+        diff = max(abs(a - b) for r in group for a, b in zip(reference, r.rewards, strict=True))
+        print(
+            f"{kind:<34} {per_step:>7.4f} {per_step / base - 1:>+8.1%} {p90:>7.4f}"
+            f" {done:>12.1f}s {on_step * 1000:>6.2f}ms {diff:>18.2e}"
+        )
+    print(
+        "on_step: time the training thread spends handing a step to the observer;\n"
+        "submit->done: the whole run (model load, dataset preparation, steps, adapter save)."
+    )
+    print("losses (bare, round 1): " + " ".join(f"{x:.3f}" for x in reference[:10]) + " ...")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.update(THREADS_ENV)
+    torch.set_num_threads(1)
+    print(f"load average at start: {os.getloadavg()}")
+    work = Path(tempfile.mkdtemp(prefix="rft-bench-sft-"))
+    differences = config_differences(args.steps, work)
+    print(
+        "SFTConfig of the bare script vs the worker's sft_config: "
+        + ("identical (run_name aside)" if not differences else "; ".join(differences))
+    )
+    runs: list[Run] = []
+    with LocalStack(work / "stack", workers=1, extra_env=THREADS_ENV) as stack:
+        assert stack.database_url
+        use_database(stack.database_url)
+        _, key = create_tenant_key()
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
+            content = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
+            uploaded = http.post("/v1/datasets", files={"file": ("chats.jsonl", content)})
+            uploaded.raise_for_status()
+            dataset_id = uploaded.json()["id"]
+            # Warm every side (imports, the tiny model build) before anything is timed.
+            run_service(http, dataset_id, 2)
+            run_bare(2, work)
+            run_in_process(2, work, database=False)
+            for _ in range(args.rounds):
+                runs.append(run_bare(args.steps, work))
+                runs.append(run_in_process(args.steps, work, database=False))
+                runs.append(run_in_process(args.steps, work, database=True))
+                runs.append(run_service(http, dataset_id, args.steps))
+    summarize(runs)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""One supervised fine-tuning (SFT) + LoRA run: TRL's SFTTrainer learns the dataset's answers.
+
+``run_sft`` is ``run_grpo``'s sibling (a plain function; the rank process calls one or the
+other by the job's method): the same model loading, LoRA settings and device rules, the same
+observer (each step's record, checkpoints, stop and pause), and the adapter saved where
+GRPO's is, so downloads, inference and a later job's ``init_from`` read it the same way.
+Rows become examples with service.datasets.supervised, as the API checked them.
+
+A step's record has its loss and learning rate, and in ``metrics`` what else TRL logged
+(grad_norm, mean_token_accuracy, entropy, num_tokens); no completions and no reward. With a
+validation set, the eval loss is measured after every ``eval_every`` steps and the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import (
+    PrinterCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+from trl import SFTConfig, SFTTrainer
+
+from service.artifacts.storage import OPTIMIZER_FILE
+from service.datasets.supervised import sft_examples
+from service.jobs.hyperparameters import SFT_DEFAULTS
+from workers.training import model_options
+from workers.training.cuda import usable_cuda_devices
+from workers.training.grpo import ADAPTER_DIRNAME, _device_switch, _load_tokenizer
+from workers.training.observer import TrainingObserver
+from workers.training.spec import TrainingOutcome, TrainingSpec
+from workers.training.starting_weights import StartingOptimizerState
+from workers.training.step_records import StepRecord
+from workers.training.step_reporting import RunControl, _float_or_none
+from workers.training.tiny_model import resolve_base_model
+
+logger = logging.getLogger(__name__)
+
+# Log keys with a field of their own in StepRecord, or that say nothing about the step.
+_OWN_FIELDS = frozenset({"loss", "learning_rate", "epoch"})
+# What an evaluation's metrics keep (the rest are timings of the evaluation itself).
+_EVAL_KEYS = ("eval_loss", "eval_mean_token_accuracy", "eval_entropy")
+
+
+def run_sft(spec: TrainingSpec, observer: TrainingObserver) -> TrainingOutcome:
+    """Train a LoRA adapter on ``spec.dataset``'s examples, reporting each step to ``observer``.
+
+    Any exception from TRL or the observer ends the run by propagating. On resume, the steps
+    after ``spec.resume_from_checkpoint`` are run (and reported) again.
+    """
+    trainer = build_sft_trainer(spec)
+    reporter = SupervisedStepReporter(
+        trainer=trainer,
+        observer=observer,
+        config_version=spec.reward_config.version,
+        eval_every=spec.hyperparameters.eval_every,
+    )
+    trainer.add_callback(reporter)
+    if spec.init_optimizer and spec.resume_from_checkpoint is None:
+        # A resume has its own optimizer state, in its checkpoint.
+        assert spec.init_adapter is not None
+        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
+    hp = spec.hyperparameters
+    logger.info(
+        "SFT on %s: %d steps of %d examples (%d rows), resume from %s",
+        spec.base_model,
+        hp.train_steps,
+        hp.batch_size or SFT_DEFAULTS["batch_size"],
+        len(spec.dataset),
+        spec.resume_from_checkpoint,
+    )
+    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
+    trainer.train(resume_from_checkpoint=resume)
+    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
+    # As run_grpo saves it: the adapter and the tokenizer, a folder loadable alone.
+    trainer.save_model(str(adapter_path))
+    return TrainingOutcome(
+        steps_completed=trainer.state.global_step,
+        stop_reason=reporter.stop_reason,
+        adapter_path=adapter_path,
+    )
+
+
+def build_sft_trainer(spec: TrainingSpec) -> SFTTrainer:
+    hp = spec.hyperparameters
+    model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
+    use_cuda = usable_cuda_devices() > 0
+    use_bf16 = _device_switch(hp.bf16, auto=use_cuda and torch.cuda.is_bf16_supported())
+    tokenizer = _load_tokenizer(model_path)
+    # Before the model, as build_trainer does (the config sets torch.distributed up).
+    args = sft_config(spec, use_cuda=use_cuda, use_bf16=use_bf16)
+    model, lora = model_options.load_trained_model(
+        hp, model_path, args, use_cuda=use_cuda, init_adapter=spec.init_adapter
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(sft_examples(spec.dataset)),
+        eval_dataset=(
+            Dataset.from_list(sft_examples(spec.validation, what="validation row"))
+            if spec.validation
+            else None
+        ),
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
+    # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def sft_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> SFTConfig:
+    hp = spec.hyperparameters
+    batch_size = hp.batch_size or SFT_DEFAULTS["batch_size"]
+    # torchrun says how many processes share the job; together they take one step's batch.
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if batch_size % world_size != 0:
+        raise ValueError(
+            f"batch_size {batch_size} cannot be split evenly over {world_size} processes"
+        )
+    return SFTConfig(
+        output_dir=str(spec.output_dir),
+        per_device_train_batch_size=batch_size // world_size,
+        per_device_eval_batch_size=batch_size // world_size,
+        gradient_accumulation_steps=1,
+        max_length=hp.max_length or SFT_DEFAULTS["max_length"],
+        learning_rate=hp.learning_rate,
+        lr_scheduler_type=hp.lr_scheduler_type,
+        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
+        warmup_steps=hp.warmup_ratio,
+        max_grad_norm=hp.max_grad_norm,
+        optim=model_options.optimizer_name(hp),
+        max_steps=hp.train_steps,
+        seed=hp.seed,
+        data_seed=hp.seed,
+        # TRL's defaults target GPUs (bf16, activation checkpointing): as run_grpo sets them.
+        bf16=use_bf16,
+        fp16=False,
+        activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
+        dataloader_pin_memory=use_cuda,
+        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone.
+        use_cpu=not use_cuda,
+        # Evaluated by the reporter (the eval loss rides on the step's record).
+        eval_strategy="no",
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=hp.checkpoint_every,
+        save_total_limit=spec.keep_checkpoints,
+        save_only_model=False,
+        report_to=list(hp.report_to) or "none",
+        run_name=Path(spec.output_dir).name,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+class SupervisedStepReporter(RunControl):
+    """Reports every SFT step (its loss and TRL's other metrics) and stops when asked."""
+
+    def __init__(
+        self,
+        *,
+        trainer: SFTTrainer,
+        observer: TrainingObserver,
+        config_version: int,
+        eval_every: int | None,
+    ) -> None:
+        super().__init__(observer)
+        self._trainer = trainer
+        self._config_version = config_version
+        # Evaluate after every eval_every-th step and the last; None with no validation set.
+        self._evaluates = trainer.eval_dataset is not None
+        self._eval_every = eval_every
+        self._step_started = time.perf_counter()
+
+    def on_step_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        self._step_started = time.perf_counter()
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The end-of-training summary and the evaluation's own log are not steps.
+        if not logs or "loss" not in logs:
+            return
+        duration = time.perf_counter() - self._step_started
+        metrics = {
+            key: float(value)
+            for key, value in logs.items()
+            if key not in _OWN_FIELDS
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)  # jsonb holds no NaN
+        }
+        if self._evaluation_due(state.global_step, args.max_steps):
+            # On every rank: each evaluates its share of the validation examples.
+            evaluated = self._trainer.evaluate()
+            metrics.update(
+                {
+                    key: float(evaluated[key])
+                    for key in _EVAL_KEYS
+                    if key in evaluated and math.isfinite(evaluated[key])
+                }
+            )
+        if self._ranks.is_main:
+            self._observer.on_step(
+                StepRecord(
+                    step=state.global_step,
+                    config_version=self._config_version,
+                    reward_mean=None,
+                    reward_std=None,
+                    loss=_float_or_none(logs.get("loss")),
+                    kl=None,
+                    learning_rate=_float_or_none(logs.get("learning_rate")),
+                    duration_s=duration,
+                    functions={},
+                    completions=[],
+                    metrics=metrics,
+                )
+            )
+        self.stop_if_asked(control)
+
+    def _evaluation_due(self, step: int, last_step: int) -> bool:
+        if not self._evaluates:
+            return False
+        return step >= last_step or (self._eval_every is not None and step % self._eval_every == 0)
