@@ -17,6 +17,7 @@ from transformers import (
     AutoTokenizer,
     PreTrainedTokenizerBase,
     PrinterCallback,
+    Trainer,
 )
 from trl import GRPOConfig
 
@@ -38,7 +39,7 @@ from workers.training.starting_weights import (
     StartingOptimizerState,
     reference_in_adapter_dtype,
 )
-from workers.training.step_reporting import StepReporter
+from workers.training.step_reporting import RunControl, StepReporter
 from workers.training.tiny_model import resolve_base_model
 from workers.training.vllm_memory import colocated_memory_plan
 
@@ -118,6 +119,12 @@ def _train_and_save(
             else None
         ),
     )
+    return train_and_save(spec, trainer, reporter)
+
+
+def train_and_save(spec: TrainingSpec, trainer: Trainer, reporter: RunControl) -> TrainingOutcome:
+    """Run ``trainer`` (GRPO's or SFT's, ``reporter`` among its callbacks) from the job's start
+    or its checkpoint, then save what it trained where the worker collects it."""
     trainer.add_callback(reporter)
     if spec.init_optimizer and spec.resume_from_checkpoint is None:
         # A resume has its own optimizer state, in its checkpoint.
@@ -128,7 +135,8 @@ def _train_and_save(
     trainer.train(resume_from_checkpoint=resume)
 
     adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
-    # The PEFT model saves only the adapter; the tokenizer makes the folder loadable alone.
+    # A PEFT model saves only the adapter (a whole model when every weight trained); the
+    # tokenizer makes the folder loadable alone.
     trainer.save_model(str(adapter_path))
     return TrainingOutcome(
         steps_completed=trainer.state.global_step,

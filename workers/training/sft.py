@@ -30,15 +30,13 @@ from transformers import (
 )
 from trl import SFTConfig, SFTTrainer
 
-from service.artifacts.storage import OPTIMIZER_FILE
 from service.datasets.supervised import sft_examples
 from service.jobs.hyperparameters import SFT_DEFAULTS
 from workers.training import model_options
 from workers.training.cuda import usable_cuda_devices
-from workers.training.grpo import ADAPTER_DIRNAME, _device_switch, _load_tokenizer
+from workers.training.grpo import _device_switch, _load_tokenizer, train_and_save
 from workers.training.observer import TrainingObserver
 from workers.training.spec import TrainingOutcome, TrainingSpec
-from workers.training.starting_weights import StartingOptimizerState
 from workers.training.step_records import StepRecord
 from workers.training.step_reporting import RunControl, _float_or_none
 from workers.training.tiny_model import resolve_base_model
@@ -64,11 +62,6 @@ def run_sft(spec: TrainingSpec, observer: TrainingObserver) -> TrainingOutcome:
         config_version=spec.reward_config.version,
         eval_every=spec.hyperparameters.eval_every,
     )
-    trainer.add_callback(reporter)
-    if spec.init_optimizer and spec.resume_from_checkpoint is None:
-        # A resume has its own optimizer state, in its checkpoint.
-        assert spec.init_adapter is not None
-        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
     hp = spec.hyperparameters
     logger.info(
         "SFT on %s: %d steps of %d examples (%d rows), resume from %s",
@@ -78,16 +71,7 @@ def run_sft(spec: TrainingSpec, observer: TrainingObserver) -> TrainingOutcome:
         len(spec.dataset),
         spec.resume_from_checkpoint,
     )
-    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    trainer.train(resume_from_checkpoint=resume)
-    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
-    # As run_grpo saves it: the adapter and the tokenizer, a folder loadable alone.
-    trainer.save_model(str(adapter_path))
-    return TrainingOutcome(
-        steps_completed=trainer.state.global_step,
-        stop_reason=reporter.stop_reason,
-        adapter_path=adapter_path,
-    )
+    return train_and_save(spec, trainer, reporter)
 
 
 def build_sft_trainer(spec: TrainingSpec) -> SFTTrainer:
