@@ -18,12 +18,17 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import (
+    A_SHARE,
     all_pages,
     assert_the_adapter_answers_differently,
     chat,
+    create_job,
     train_a_share_job,
+    upload_jsonl,
+    wait_for,
 )
 from tests.integration.test_multi_rank import worker_logs
+from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +115,55 @@ def test_a_qlora_job_with_the_8bit_optimizer_trains_on_one_gpu(
     steps = all_pages(one_gpu_client, f"/v1/jobs/{job['id']}/steps")
     assert [step["step"] for step in steps] == [1, 2, 3]
     assert all(step["loss"] is not None for step in steps), steps
+
+
+def test_an_sft_warm_up_then_a_grpo_job_from_it_on_one_gpu(
+    one_gpu_stack: LocalStack, one_gpu_client: httpx.Client
+) -> None:
+    """Issue 23's pipeline on a GPU: a supervised job (TRL's SFTTrainer, bf16), then a GRPO
+    job that starts from its adapter (init_from)."""
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Name a fruit ({i}):"},
+                {"role": "assistant", "content": "banana"},
+            ]
+        }
+        for i in range(16)
+    ]
+    sft = create_job(
+        one_gpu_client,
+        {
+            "dataset_id": upload_jsonl(one_gpu_client, rows),
+            "method": "sft",
+            "hyperparameters": {"preset": "tiny-cpu", "train_steps": 6, "batch_size": 8},
+        },
+    )
+    finished = wait_for(one_gpu_client, str(sft["id"]), timeout_s=300)
+    assert finished["status"] == "succeeded", finished["failure_reason"]
+    losses = [s["loss"] for s in all_pages(one_gpu_client, f"/v1/jobs/{sft['id']}/steps")]
+    assert len(losses) == 6 and losses[-1] < losses[0], losses
+
+    prompts = [{"prompt": [{"role": "user", "content": f"Name a fruit ({i}):"}]} for i in range(8)]
+    grpo = create_job(
+        one_gpu_client,
+        {
+            "dataset_id": upload_jsonl(one_gpu_client, prompts),
+            "reward_functions": {"a_share": {"source": A_SHARE}},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2},
+            "init_from": str(sft["id"]),
+        },
+    )
+    finished = wait_for(one_gpu_client, str(grpo["id"]), timeout_s=300)
+    assert finished["status"] == "succeeded", finished["failure_reason"]
+    assert finished["parent_job_id"] == sft["id"]
+
+
+def test_full_fine_tuning_on_one_gpu(
+    one_gpu_stack: LocalStack, one_gpu_client: httpx.Client
+) -> None:
+    train_a_share_job(one_gpu_client, train_steps=2, adapter="full", learning_rate=2e-3)
+    trained_on = [
+        line for line in worker_logs(one_gpu_stack).splitlines() if "training on " in line
+    ]
+    assert "training on cuda" in trained_on[-1] and "every weight" in trained_on[-1], trained_on
