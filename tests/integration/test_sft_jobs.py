@@ -107,6 +107,18 @@ def test_a_supervised_job_through_the_sdk_learns_pauses_and_resumes(
     assert (adapter / "adapter_config.json").exists()
     assert (adapter / "adapter_model.safetensors").exists()
 
+    # The warm-up seeds a GRPO job: it starts from this adapter, and says so.
+    prompts = sdk.datasets.upload([{"prompt": "Say a:"}, {"prompt": "Say b:"}])
+    grpo = sdk.jobs.create(
+        dataset=prompts,
+        reward_functions={"one": "def one(prompt, completion, example):\n    return 1.0\n"},
+        hyperparameters={"preset": "tiny-cpu", "train_steps": 1, "prompts_per_step": 2},
+        init_from=job,
+    )
+    assert grpo.parent_job_id == job.id and grpo.method == "grpo"
+    continued = sdk.jobs.wait(grpo.id, timeout=600)
+    assert continued.status.value == "succeeded", continued.failure_reason
+
 
 def jsonl(rows: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
