@@ -83,7 +83,7 @@ def spec(tmp_path: Path) -> TrainingSpec:
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trainer: FakeTrainer) -> Any:
     monkeypatch.setattr(grpo, "build_trainer", lambda spec, dispatcher: trainer)
     monkeypatch.setattr(
-        grpo, "RewardDispatcher", lambda *args: SimpleNamespace(load_initial=lambda: None)
+        grpo, "RewardDispatcher", lambda *args, **kwargs: SimpleNamespace(load_initial=lambda: None)
     )
     return grpo.run_grpo(spec(tmp_path), sandbox=None, observer=RecordingObserver())  # type: ignore[arg-type]
 
