@@ -8,16 +8,10 @@ and waits, and a CPU worker that takes it later fails it at its start, naming th
 
 from __future__ import annotations
 
-import logging
-
-from redis.exceptions import RedisError
-
 from service.errors import BadRequest
+from service.jobs.gpu_fit import running_workers
 from service.jobs.schemas import JobCreate
 from service.settings import Settings
-from workers.queue import live_workers
-
-logger = logging.getLogger(__name__)
 
 
 class OptionNeedsCuda(BadRequest):
@@ -28,13 +22,9 @@ def check_cuda_only_options(payload: JobCreate, settings: Settings) -> None:
     """Raise OptionNeedsCuda (400) when the job asks for a CUDA-only option and no running
     worker that could take it has a CUDA GPU."""
     wanted = payload.hyperparameters.cuda_only_options()
-    if not wanted or not settings.redis_url:
+    if not wanted:
         return
-    try:
-        workers = live_workers(settings.redis_url)
-    except RedisError as exc:
-        logger.warning("could not read the workers' adverts: %s", exc)
-        return
+    workers = running_workers(settings)
     if not workers:
         return
     able = [worker for worker in workers if worker.devices >= payload.num_devices]

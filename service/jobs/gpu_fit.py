@@ -54,16 +54,22 @@ def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
         raise JobDoesNotFitGpu(f"base_model {payload.base_model!r}: {plan.problem}")
 
 
-def _vllm_gpu_workers(payload: JobCreate, settings: Settings) -> list[WorkerCapacity]:
-    """The running workers that could take the job, when all of them generate with vLLM on
-    GPUs of known size; else none (the job may run where this check does not apply)."""
+def running_workers(settings: Settings) -> list[WorkerCapacity]:
+    """What the running workers advertise; none when Redis is not configured or unreachable
+    (then nothing that depends on them is checked)."""
     if not settings.redis_url:
         return []
     try:
-        workers = live_workers(settings.redis_url)
+        return live_workers(settings.redis_url)
     except RedisError as exc:
         logger.warning("could not read the workers' adverts: %s", exc)
         return []
+
+
+def _vllm_gpu_workers(payload: JobCreate, settings: Settings) -> list[WorkerCapacity]:
+    """The running workers that could take the job, when all of them generate with vLLM on
+    GPUs of known size; else none (the job may run where this check does not apply)."""
+    workers = running_workers(settings)
     able = [worker for worker in workers if worker.devices >= payload.num_devices]
     if not able or not all(
         worker.accelerator == "cuda" and worker.vllm and worker.gpu_memory_gib for worker in able
