@@ -200,6 +200,13 @@ class Settings(BaseSettings):
         "job's max_prompt_length + max_completion_length when the prompt length is capped, "
         "else the model's own.",
     )
+    vllm_keep_engine: bool = Field(
+        True,
+        description="Colocate, one-process jobs: after a job, its training process keeps the "
+        "vLLM engine (asleep where sleep mode is on) and takes the worker's next job on the "
+        "same base model with it, skipping the model load, compile and CUDA-graph capture. "
+        "The worker stops it (freeing its memory) before any other kind of job or export.",
+    )
     vllm_server_host: str | None = Field(
         None, description="Server mode: the host of the worker's `trl vllm-serve` (required)."
     )

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.training.generation",
             "workers.training.grpo",
             "workers.training.grpo_trainer",
+            "workers.training.kept_engine",
             "workers.training.merge",
             "workers.training.ranks",
             "workers.training.reproducible_sampling",

@@ -25,7 +25,7 @@ from sandbox.agent_api import AgentSandbox
 from sandbox.api import RewardSandbox
 from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training import model_options
+from workers.training import kept_engine, model_options
 from workers.training.agents import AgentSession, conversational_prompt
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
@@ -88,8 +88,9 @@ def run_grpo(
         raise
     # Only now, after the save: under colocate (external_launcher) vLLM's shutdown destroys
     # the default process group, which is the trainer's own; FSDP and ZeRO-3 gather the
-    # adapter's weights over it to save them.
-    _release_generation(trainer)
+    # adapter's weights over it to save them. A one-process job's engine may stay for the
+    # next job instead (kept_engine).
+    kept_engine.keep_or_release(trainer, _release_generation)
     return outcome
 
 
@@ -172,6 +173,9 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         from workers.training.vllm_cpu import keep_plain_linear_weights
 
         keep_plain_linear_weights()
+    if spec.generation.uses_vllm and spec.generation.server is None:
+        # A colocated engine kept from this process's last job may serve this one.
+        kept_engine.install()
 
     tokenizer = _load_tokenizer(model_path)
     use_bf16 = _device_switch(hp.bf16, auto=use_bf16)

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
@@ -72,6 +73,18 @@ Watchdog = Callable[[], None]
 _spare: subprocess.Popen[bytes] | None = None
 
 
+@dataclass
+class _EngineHolder:
+    """A one-process job's training process that kept its vLLM engine (kept_engine) and
+    waits on stdin for the next job on ``base_model``."""
+
+    process: subprocess.Popen[bytes]
+    base_model: str
+
+
+_engine_holder: _EngineHolder | None = None
+
+
 def _start_rank_process(
     *args: str,
     stdin: int | None = None,
@@ -112,9 +125,49 @@ def start_spare() -> None:
 
 def stop_spare() -> None:
     global _spare
+    release_engine_holder()
     if _spare is not None:
         stop_process_group(_spare, grace_s=2.0)
         _spare = None
+
+
+def release_engine_holder() -> None:
+    """Stop the process that keeps a vLLM engine, giving its memory back (idempotent)."""
+    global _engine_holder
+    holder, _engine_holder = _engine_holder, None
+    if holder is not None:
+        logger.info(
+            "stopping the training process that kept the vLLM engine of %s", holder.base_model
+        )
+        stop_process_group(holder.process)
+
+
+def _send_to_engine_holder(job_dir: Path, job: RankJob) -> subprocess.Popen[bytes] | None:
+    """The kept engine's process, given the job, when the job can use its engine: a GRPO job
+    on the same base model (the process itself checks the rest of the engine's settings and
+    starts a new engine when they differ). None otherwise, the holder stopped: every other
+    job needs the memory it holds."""
+    global _engine_holder
+    holder, _engine_holder = _engine_holder, None
+    if holder is None:
+        return None
+    fits = job.spec.method == "grpo" and job.spec.base_model == holder.base_model
+    if fits and holder.process.poll() is None:
+        try:
+            _send_job(holder.process, job_dir)
+            return holder.process
+        except OSError:  # it died between jobs
+            logger.warning("the training process that kept a vLLM engine is gone")
+    _engine_holder = holder
+    release_engine_holder()
+    return None
+
+
+def _send_job(process: subprocess.Popen[bytes], job_dir: Path) -> None:
+    # stdin stays open: a process that keeps its engine reads its next job there.
+    stdin = cast(IO[bytes], process.stdin)
+    stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
+    stdin.flush()
 
 
 def _take_spare() -> subprocess.Popen[bytes]:
@@ -152,11 +205,10 @@ def _launch(
         env = dict(os.environ)
         env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
         return _start_rank_process("--exec", "--", *accelerate, env=env)
+    release_engine_holder()  # a new process: whatever the holder keeps, this job needs room
     if num_processes == 1 and rendezvous is None:
         spare = _take_spare()
-        stdin = cast(IO[bytes], spare.stdin)
-        stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
-        stdin.close()
+        _send_job(spare, job_dir)
         # The next spare starts once this job has recorded its first step (_serve), and warms
         # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
         return spare
@@ -216,11 +268,14 @@ def run_grpo_in_processes(
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(job_dir / WORKER_SOCKET))
         listener.listen(1)
-        launcher = _launch(job_dir, num_processes, engine, rendezvous)
+        launcher = _send_to_engine_holder(job_dir, job) if one_spare else None
+        if launcher is None:
+            launcher = _launch(job_dir, num_processes, engine, rendezvous)
+        kept_engine = False
         try:
             connection = _accept(listener, launcher, watchdog)
             with connection:
-                return _serve(
+                outcome, kept_engine = _serve(
                     connection,
                     launcher,
                     observer,
@@ -228,11 +283,26 @@ def run_grpo_in_processes(
                     after_first_step=_start_spare_here if one_spare else None,
                     watchdog=watchdog,
                 )
+                return outcome
         finally:
             listener.close()
-            stop_process_group(launcher)
+            if kept_engine and one_spare:
+                _keep_engine_holder(launcher, job.spec.base_model)
+            else:
+                stop_process_group(launcher)
             if one_spare:
                 _start_spare_here()  # warm for the next job (if the first step never came)
+
+
+def _keep_engine_holder(process: subprocess.Popen[bytes], base_model: str) -> None:
+    global _engine_holder
+    # Only the thread that lives as long as the worker may keep a process: its death signal
+    # follows the thread that started it (a spare, started there too).
+    if threading.current_thread() is not threading.main_thread():
+        stop_process_group(process)
+        return
+    release_engine_holder()
+    _engine_holder = _EngineHolder(process, base_model)
 
 
 def _start_spare_here() -> None:
@@ -309,7 +379,9 @@ def _serve(
     job_dir: Path,
     after_first_step: Callable[[], None] | None = None,
     watchdog: Watchdog | None = None,
-) -> TrainingOutcome:
+) -> tuple[TrainingOutcome, bool]:
+    """Answer rank 0 until the run ends: its outcome, and whether its process kept its vLLM
+    engine for the next job (and waits for it on stdin)."""
     while True:
         if not connection.poll(0.5):
             _check_watchdog(watchdog)
@@ -323,7 +395,7 @@ def _serve(
         if method == "finished":
             connection.send(None)
             outcome: TrainingOutcome = args[0]
-            return outcome
+            return outcome, bool(args[1:] and args[1])
         if method == "failed":
             raise TrainingProcessError(args[0])
         if method not in _OBSERVER_CALLS:

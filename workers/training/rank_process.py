@@ -231,7 +231,8 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
             if agent_sandbox is not None:
                 agent_sandbox.close()
         if worker is not None:
-            worker.send(("finished", (outcome,)))
+            # Whether this process kept its vLLM engine and waits for the next job (kept_engine).
+            worker.send(("finished", (outcome, _keeps_engine())))
             worker.recv()
         return 0
     except BaseException as exc:
@@ -258,6 +259,27 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
             sandbox.close()
         if sandbox_ahead is not None:  # the job failed before its sandbox opened
             sandbox_ahead.close()
+
+
+def _keeps_engine() -> bool:
+    from workers.training import kept_engine
+
+    return kept_engine.kept_model() is not None
+
+
+def _take_jobs_while_keeping_engine(status: int) -> int:
+    """After a spare's job: while its vLLM engine is kept, run the jobs the worker sends on
+    stdin (the same base model's, launch._send_to_engine_holder). Ends, the engine shut down,
+    when the worker closes stdin or a job fails; the worker stops the process otherwise."""
+    from workers.training import kept_engine
+
+    while status == 0 and kept_engine.kept_model() is not None:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        status = run_rank(Path(json.loads(line)["job_dir"]))
+    kept_engine.release_kept()
+    return status
 
 
 def _engine() -> str:
@@ -599,7 +621,13 @@ def _run_spare() -> int:
         left = raise_lowered_threads(os.getpid()) if may_raise else lowered_threads(os.getpid())
         if left:
             logger.warning("threads %s of the job's process stay at a lower priority", left)
-    return run_rank(job_dir, sandbox_ahead)
+    from service.settings import get_settings
+
+    if get_settings().vllm_keep_engine:
+        from workers.training import kept_engine
+
+        kept_engine.allow_keeping()
+    return _take_jobs_while_keeping_engine(run_rank(job_dir, sandbox_ahead))
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,97 @@
+"""A colocated vLLM engine kept from one job to the next (workers.training.kept_engine).
+
+In one process: a job on the engine its predecessor kept samples exactly what it samples on a
+fresh engine (same completions, same rewards), with a seed other than vLLM's own so that the
+restored random state matters (the control shows the difference without it). Through the
+worker: the second job on the same model builds no engine, one built otherwise gets its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.stack import LocalStack
+from tests.integration.helpers import create_job, wait_for
+from tests.vllm_generation.test_vllm_jobs import LETTER_A, VLLM_ENGINE_LINE, job_body
+from tests.vllm_generation.test_vllm_training import train
+from workers.training import kept_engine
+
+pytestmark = pytest.mark.vllm
+
+REUSED_LINE = "reusing the kept vLLM engine"
+# Not vLLM's own seed (0, which a fresh engine's start seeds the process with): with the job's
+# seed, only the restored random state makes an adopted engine sample as a fresh one.
+JOB_SEED = 7
+
+
+@pytest.fixture
+def keeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This test process keeps engines as the worker's spare does; none is left kept after."""
+    monkeypatch.setattr(kept_engine, "_process", kept_engine._Process())
+    kept_engine.allow_keeping()
+    yield
+    kept_engine.release_kept()
+
+
+def sampled(output_dir: Path, **hyperparameters: Any) -> list[tuple[float, list[str]]]:
+    """Each step's mean reward and completions."""
+    observer = train(output_dir, 3, seed=JOB_SEED, learning_rate=0.01, **hyperparameters)
+    return [
+        (round(record.reward_mean, 6), [c.completion for c in record.completions])
+        for record in observer.records
+    ]
+
+
+def test_a_job_on_a_kept_engine_samples_what_it_would_on_a_fresh_one(
+    tmp_path: Path, keeping: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train(tmp_path / "first", 2, learning_rate=0.05)  # moves the weights vLLM holds
+    assert kept_engine.kept_model() is not None
+    on_kept = sampled(tmp_path / "kept")
+    assert kept_engine.adoptions() == 1
+
+    kept_engine.release_kept()
+    on_fresh = sampled(tmp_path / "fresh")
+    assert kept_engine.adoptions() == 1, "the fresh run adopted an engine"
+    assert on_kept == on_fresh
+
+    # Control: adopted without the random state a fresh start leaves, the same job samples
+    # other completions.
+    monkeypatch.setattr(kept_engine._RandomState, "restore", lambda self: None)
+    kept_engine.release_kept()
+    train(tmp_path / "first-again", 2, learning_rate=0.05)
+    assert sampled(tmp_path / "unrestored") != on_fresh
+
+
+def engine_lines(stack: LocalStack) -> tuple[int, int]:
+    """How many engines the workers built, and how many jobs reused a kept one, so far."""
+    logs = "".join(path.read_text(errors="replace") for path in stack.log_dir.glob("worker*.log"))
+    return logs.count(VLLM_ENGINE_LINE), logs.count(REUSED_LINE)
+
+
+def run_job(client: httpx.Client, **hyperparameters: Any) -> None:
+    job = create_job(
+        client, job_body(client, {"letter_a": {"source": LETTER_A}}, train_steps=2, **hyperparameters)
+    )
+    job = wait_for(client, job["id"], timeout_s=600)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert job["steps_completed"] == 2
+
+
+def test_the_worker_gives_the_next_job_on_the_model_its_kept_engine(
+    vllm_stack: LocalStack, vllm_client: httpx.Client
+) -> None:
+    run_job(vllm_client)
+    built, reused = engine_lines(vllm_stack)
+    run_job(vllm_client)
+    assert engine_lines(vllm_stack) == (built, reused + 1)
+    # Another context length is another engine: the kept one is shut down, a new one built.
+    run_job(vllm_client, max_prompt_length=32, vllm_max_model_length=200)
+    assert engine_lines(vllm_stack) == (built + 1, reused + 1)
+    logs = "".join(p.read_text(errors="replace") for p in vllm_stack.log_dir.glob("worker*.log"))
+    assert "does not fit this job" in logs

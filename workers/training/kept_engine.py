@@ -1,0 +1,262 @@
+"""A colocated vLLM engine kept from one job to the next in the same training process.
+
+Building a colocated engine costs the model's load into vLLM, its compile (cached on disk
+across jobs) and, on a GPU, the CUDA-graph capture: tens of seconds at 8B, every job. A
+one-process job's training process (the worker's spare) therefore keeps its engine when the
+job ends, and the worker gives it the next job on the same base model
+(``workers.training.launch``); the next trainer adopts the engine instead of building one.
+
+What makes an adopted engine the same as a fresh one:
+
+- **Weights.** TRL copies every weight of the trainer's model (base + merged LoRA) into vLLM
+  before a run's first generation (``_last_loaded_step`` starts at -1), so the previous job's
+  weights never generate; the prefix cache is emptied when the engine is kept.
+- **Settings.** An engine is adopted only when everything TRL builds it from is equal
+  (``EngineKey``: model, parallelism, memory share, context length, sleep mode, ...); any other
+  job shuts the kept engine down first and builds its own.
+- **Randomness.** Under colocate, vLLM samples from the process's torch generator, and a
+  fresh engine's start (seeding, profiling run, warm-up) leaves it in a state of its own. That
+  state is saved when an engine is built and restored when it is adopted, so a job samples the
+  same completions on an adopted engine as on a fresh one
+  (tests/vllm_generation/test_vllm_engine_reuse.py).
+- **Process state.** TRL sets RANK/LOCAL_RANK/WORLD_SIZE/MASTER_* for vLLM once the trainer
+  exists; left set, the next trainer's accelerate state would read them as a distributed
+  launch. They are put back as they were before the engine, and set again on adoption.
+
+Only one-process colocated jobs keep engines (an engine of a torchrun or accelerate job lives
+in ranks that exit with the job), and only where the process allows it (``allow_keeping``:
+the worker's spare, under ``RFT_VLLM_KEEP_ENGINE``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+# What TRL's colocate start sets for vLLM (VLLMGeneration._init_vllm, ensure_master_addr_port).
+_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_PATCHED_MARK = "_rft_keeps_engines"
+
+
+@dataclass(frozen=True)
+class EngineKey:
+    """Everything TRL builds a colocated ``LLM`` from (VLLMGeneration._init_vllm); two jobs
+    with equal keys get equal engines."""
+
+    model: str
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_length: int | None
+    max_num_seqs: int | None
+    enable_sleep_mode: bool
+    model_impl: str
+    trust_remote_code: bool
+    seed: int
+    quantized: bool
+
+    @classmethod
+    def of(cls, generation: Any) -> EngineKey:
+        """The key of the engine ``generation`` (a TRL VLLMGeneration) would build."""
+        return cls(
+            model=str(generation.model.name_or_path),
+            tensor_parallel_size=generation.tensor_parallel_size,
+            gpu_memory_utilization=generation.gpu_memory_utilization,
+            max_model_length=generation.max_model_length,
+            max_num_seqs=generation.max_num_seqs,
+            enable_sleep_mode=generation.enable_sleep_mode,
+            model_impl=generation.model_impl,
+            trust_remote_code=generation.trust_remote_code,
+            seed=generation.accelerator.process_index // generation.tensor_parallel_size,
+            quantized=_has_4bit_layers(generation.model),
+        )
+
+
+@dataclass
+class _RandomState:
+    torch_cpu: torch.Tensor
+    torch_cuda: list[torch.Tensor] | None
+    python: Any
+    numpy: Any
+
+    @classmethod
+    def capture(cls) -> _RandomState:
+        return cls(
+            torch_cpu=torch.random.get_rng_state(),
+            torch_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+            python=random.getstate(),
+            numpy=np.random.get_state(),
+        )
+
+    def restore(self) -> None:
+        torch.random.set_rng_state(self.torch_cpu)
+        if self.torch_cuda is not None:
+            torch.cuda.set_rng_state_all(self.torch_cuda)
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)
+
+
+@dataclass
+class _KeptEngine:
+    key: EngineKey
+    llm: Any
+    # The random state a fresh start of this engine left (see the module's docstring).
+    random_after_start: _RandomState
+    # The launch variables as TRL set them for this engine, set again on adoption.
+    launch_variables: dict[str, str]
+
+
+@dataclass
+class _Process:
+    """This process's part: whether it may keep an engine, and the one it keeps."""
+
+    allowed: bool = False
+    kept: _KeptEngine | None = None
+    # Of the engine the current job's trainer uses: how it started, and the variables before it.
+    started: dict[int, tuple[EngineKey, _RandomState, dict[str, str | None]]] | None = None
+    adoptions: int = 0
+
+
+_process = _Process()
+
+
+def allow_keeping() -> None:
+    """Let this process keep a job's engine for the next (the worker's spare does)."""
+    _process.allowed = True
+
+
+def install() -> None:
+    """Route TRL's colocated engine start through ``_start_or_adopt``. Idempotent; call it
+    before a trainer that generates with vLLM is built."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    original = VLLMGeneration._init_vllm
+    if getattr(original, _PATCHED_MARK, False):
+        return
+
+    def init_vllm(self: Any) -> None:
+        _start_or_adopt(self, original)
+
+    setattr(init_vllm, _PATCHED_MARK, True)
+    setattr(VLLMGeneration, "_init_vllm", init_vllm)  # noqa: B010 (mypy: no method assignment)
+
+
+def kept_model() -> str | None:
+    """The model of the engine this process keeps, or None."""
+    return _process.kept.key.model if _process.kept is not None else None
+
+
+def adoptions() -> int:
+    """How many trainers of this process adopted a kept engine (for logs and tests)."""
+    return _process.adoptions
+
+
+def keep_or_release(trainer: Any, release: Any) -> bool:
+    """At a run's successful end: keep ``trainer``'s colocated engine for the next job where
+    this process may, else ``release(trainer)``. Whether it was kept."""
+    generation = getattr(trainer, "vllm_generation", None)
+    llm = getattr(generation, "llm", None)
+    started = (_process.started or {}).pop(id(generation), None)
+    if not _process.allowed or generation is None or llm is None or started is None:
+        release(trainer)
+        return False
+    key, random_after_start, variables_before = started
+    generation.llm = None
+    launch_variables = {name: os.environ[name] for name in _LAUNCH_VARIABLES if name in os.environ}
+    _restore_variables(variables_before)
+    try:
+        # Cached prefixes are the last job's weights' KV: never served to the next job.
+        llm.reset_prefix_cache()
+        if key.enable_sleep_mode and not llm.llm_engine.is_sleeping():
+            llm.sleep(level=2)  # as TRL leaves a fresh engine: the weights come with the sync
+    except Exception:
+        logger.exception("could not keep the vLLM engine for the next job; shutting it down")
+        _shut_down(llm)
+        return False
+    _process.kept = _KeptEngine(key, llm, random_after_start, launch_variables)
+    # The run's objects (trainer, model, optimizer) were allocated before vLLM froze the
+    # collector's view of the heap at its start: without unfreezing they would never be freed.
+    gc.unfreeze()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    logger.info("keeping the vLLM engine of %s for the next job", key.model)
+    return True
+
+
+def release_kept() -> None:
+    """Shut the kept engine down (no-op when none is kept)."""
+    kept, _process.kept = _process.kept, None
+    if kept is not None:
+        logger.info("shutting down the kept vLLM engine of %s", kept.key.model)
+        _shut_down(kept.llm)
+
+
+def _start_or_adopt(generation: Any, start: Any) -> None:
+    """TRL's ``_init_vllm`` for ``generation``, adopting the kept engine when it is the one
+    ``start`` would build."""
+    one_process_colocate = (
+        generation.mode == "colocate" and generation.accelerator.num_processes == 1
+    )
+    if not one_process_colocate:
+        release_kept()
+        start(generation)
+        return
+    key = EngineKey.of(generation)
+    kept = _process.kept
+    if kept is not None and kept.key != key:
+        logger.info(
+            "the kept vLLM engine does not fit this job (kept %s, needed %s): starting a new one",
+            kept.key,
+            key,
+        )
+        release_kept()
+        kept = None
+    variables_before = {name: os.environ.get(name) for name in _LAUNCH_VARIABLES}
+    if kept is None:
+        start(generation)
+        random_after_start = _RandomState.capture()
+    else:
+        _process.kept = None
+        os.environ.update(kept.launch_variables)
+        generation.llm = kept.llm
+        generation._llm_weights_sleeping = key.enable_sleep_mode
+        random_after_start = kept.random_after_start
+        random_after_start.restore()
+        _process.adoptions += 1
+        logger.info("reusing the kept vLLM engine of %s (no model load, no compile)", key.model)
+    if _process.allowed:
+        _process.started = {
+            **(_process.started or {}),
+            id(generation): (key, random_after_start, variables_before),
+        }
+
+
+def _restore_variables(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _shut_down(llm: Any) -> None:
+    # As generation.release_vllm: unfreezes the collector, destroys vLLM's process groups.
+    llm.llm_engine.engine_core.shutdown()
+    gc.collect()
+
+
+def _has_4bit_layers(model: Any) -> bool:
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return False
+    return any(isinstance(module, bnb.nn.Linear4bit) for module in model.modules())
