@@ -76,7 +76,8 @@ def engine_lines(stack: LocalStack) -> tuple[int, int]:
 
 def run_job(client: httpx.Client, **hyperparameters: Any) -> None:
     job = create_job(
-        client, job_body(client, {"letter_a": {"source": LETTER_A}}, train_steps=2, **hyperparameters)
+        client,
+        job_body(client, {"letter_a": {"source": LETTER_A}}, train_steps=2, **hyperparameters),
     )
     job = wait_for(client, job["id"], timeout_s=600)
     assert job["status"] == "succeeded", job["failure_reason"]

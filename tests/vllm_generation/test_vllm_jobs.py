@@ -138,8 +138,8 @@ def test_cancel_stops_the_job_and_frees_the_worker_for_the_next(
     assert job["status"] == "cancelled" and job["steps_completed"] < 400
     assert_generated_by_vllm(vllm_client, job["id"], vllm_stack)
 
-    # The same worker process starts a new vLLM engine for the next job: the cancelled job's
-    # engine gave its memory and process group back.
+    # The worker goes on to the next job: on the engine the cancelled job's process kept
+    # (kept_engine), which serves it as a fresh one would.
     follow_up = create_job(
         vllm_client,
         job_body(vllm_client, {"letter_a": {"source": LETTER_A}}, train_steps=2),
