@@ -76,7 +76,10 @@ def release(trainer: Any) -> None:
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(kept_engine, "_process", kept_engine._Process())
     for name in kept_engine._LAUNCH_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+        # Set first, so that undoing puts back what was there (or nothing): these variables
+        # left behind would make later tests' trainers think they run under a launcher.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     yield
 
 

@@ -186,7 +186,7 @@ def keep_or_release(trainer: Any, release: Any) -> bool:
     # collector's view of the heap at its start: without unfreezing they would never be freed.
     gc.unfreeze()
     gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():  # the run used CUDA: give its cached blocks back
         torch.cuda.empty_cache()
     logger.info("keeping the vLLM engine of %s for the next job", key.model)
     return True
