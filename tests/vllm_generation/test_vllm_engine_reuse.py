@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
 from service.stack import LocalStack
 from tests.integration.helpers import create_job, wait_for
@@ -66,6 +67,22 @@ def test_a_job_on_a_kept_engine_samples_what_it_would_on_a_fresh_one(
     kept_engine.release_kept()
     train(tmp_path / "first-again", 2, learning_rate=0.05)
     assert sampled(tmp_path / "unrestored") != on_fresh
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM's sleep mode needs CUDA")
+def test_an_engine_kept_asleep_is_adopted_asleep_and_samples_as_a_fresh_one(
+    tmp_path: Path, keeping: None
+) -> None:
+    """Sleep mode: kept at level 2 (weights and KV cache released), as TRL leaves a fresh
+    engine; the adopting job's first sync wakes it. Not yet run: no vLLM on a lent GPU."""
+    train(tmp_path / "first", 2, learning_rate=0.05, vllm_sleep_mode=True)
+    assert kept_engine.kept_model() is not None
+    on_kept = sampled(tmp_path / "kept", vllm_sleep_mode=True)
+    assert kept_engine.adoptions() == 1
+    kept_engine.release_kept()
+    on_fresh = sampled(tmp_path / "fresh", vllm_sleep_mode=True)
+    # Step 1 samples from the base weights on both: the same completions.
+    assert on_kept[0] == on_fresh[0]
 
 
 def engine_lines(stack: LocalStack) -> tuple[int, int]:

@@ -90,7 +90,7 @@ class RankObserver:
     boundary. Records, checkpoints and rejections are sent by rank 0 only.
     """
 
-    def __init__(self, worker: Connection | None, sandbox: JobSandbox) -> None:
+    def __init__(self, worker: Connection | None, sandbox: JobSandbox | None) -> None:
         self.worker = worker
         self.sandbox = sandbox
 
@@ -110,7 +110,7 @@ class RankObserver:
         config: RewardConfig | None = self.ranks.from_main(
             lambda: self._ask("poll_reward_config", current_version, starting_step)
         )
-        if config is not None:
+        if config is not None and self.sandbox is not None:
             # The version's secrets (an update may rotate them): this rank's sandbox restarts
             # with them when it loads the version's functions (nothing restarts if unchanged).
             self.sandbox.stage_environment(config.secrets)
@@ -215,13 +215,15 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
     try:
         with open(job_dir / JOB_FILE, "rb") as handle:
             job: RankJob = pickle.load(handle)  # written by our own worker, in a 0700 folder
-        ahead, sandbox_ahead = sandbox_ahead, None
-        sandbox = _open_sandbox(job, ahead)
+        supervised = job.spec.method == "sft"  # no reward code runs: no sandbox to start
+        if not supervised:
+            ahead, sandbox_ahead = sandbox_ahead, None
+            sandbox = _open_sandbox(job, ahead)
         observer = RankObserver(worker, sandbox)
         agent_sandbox = _open_agent_sandbox(job)
         try:
             with tracker_environment(job.report_to, job.spec.reward_config.secrets):
-                if job.spec.method == "sft":  # supervised: no reward code runs
+                if sandbox is None:
                     from workers.training.sft import run_sft
 
                     outcome = run_sft(job.spec, observer)
@@ -257,7 +259,7 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
     finally:
         if sandbox is not None:
             sandbox.close()
-        if sandbox_ahead is not None:  # the job failed before its sandbox opened
+        if sandbox_ahead is not None:  # unused: a supervised job, or one failed before its own
             sandbox_ahead.close()
 
 
