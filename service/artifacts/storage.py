@@ -63,6 +63,11 @@ class ArtifactStore(Protocol):
         """The stored file's bytes, a piece at a time (never all of it in memory)."""
         ...
 
+    def delete_file(self, uri: str) -> None:
+        """Remove the stored file; one already gone is no error (a retried delete, or a
+        store emptied by hand, finishes what was asked)."""
+        ...
+
 
 def _read_local(path: Path) -> Iterator[bytes]:
     with path.open("rb") as handle:
@@ -108,6 +113,9 @@ class LocalArtifactStore:
 
     def read_file(self, uri: str) -> Iterator[bytes]:
         return _read_local(Path(uri))
+
+    def delete_file(self, uri: str) -> None:
+        Path(uri).unlink(missing_ok=True)
 
 
 class S3ArtifactStore:
@@ -215,6 +223,11 @@ class S3ArtifactStore:
             yield from body.iter_chunks(READ_CHUNK_BYTES)
         finally:
             body.close()
+
+    def delete_file(self, uri: str) -> None:
+        # S3 answers a key that is not there with success too.
+        bucket, key = self._split(uri)
+        self.client.delete_object(Bucket=bucket, Key=key)
 
 
 def artifact_store(settings: Settings) -> ArtifactStore:

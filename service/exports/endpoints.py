@@ -78,6 +78,23 @@ def get_export(
     return service.to_schema(service.get_export(session, tenant_id, job_id, export_id))
 
 
+@router.delete(
+    "/exports/{export_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=error_responses(404, 409),
+)
+def delete_export(
+    session: SessionDep, tenant_id: CurrentTenant, job_id: str, export_id: ExportId
+) -> Response:
+    """Delete an export that has ended, and its merged archive from the artifact store. 409
+    while it is queued or running: builds cannot be cancelled, so wait for it to end. A hub
+    push's repository is left as it is."""
+    store = artifact_store(get_settings())
+    service.delete_export(session, store, tenant_id, job_id, export_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get("/merged.tar.gz", response_class=StreamingResponse, responses=ARCHIVE_RESPONSES)
 def download_merged(
     session: SessionDep, tenant_id: CurrentTenant, job_id: str, dtype: MergedDtype = "auto"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service.exports.status import ExportStatus
@@ -29,6 +29,9 @@ class ExportRepository:
     def get_any_job(self, export_id: str, *, for_update: bool = False) -> Export | None:
         """For workers, which have the id from the queue and no tenant."""
         return self.session.get(Export, export_id, with_for_update=for_update)
+
+    def delete(self, export: Export) -> None:
+        self.session.execute(delete(Export).where(Export.id == export.id))
 
     def get_by_idempotency_key(self, job_id: str, key: str) -> Export | None:
         return self.session.scalar(

@@ -4,6 +4,7 @@ The API has no torch: it records the export (queued) and a worker builds it
 (workers.export), reporting its stage and progress on the row. A merged archive lands in the
 artifact store and downloads from there, streamed. Asking again for a merged archive of the
 same adapter and dtype returns the export that is building or built instead of a second one.
+Deleting an export that has ended removes its archive from the store with it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class AdapterNotReady(Conflict):
 
 class ExportNotBuilt(Conflict):
     """No merged archive of this adapter is built or building."""
+
+
+class ExportStillBuilding(Conflict):
+    """The export is queued or running: a worker may be writing its archive right now."""
 
 
 def create_export(
@@ -140,12 +145,37 @@ def _stored_size(store: ArtifactStore, export: Export) -> int | None:
     return None if export.archive_uri is None else store.file_size(export.archive_uri)
 
 
-def get_export(session: Session, tenant_id: str, job_id: str, export_id: str) -> Export:
+def get_export(
+    session: Session, tenant_id: str, job_id: str, export_id: str, *, for_update: bool = False
+) -> Export:
     job = get_job(session, tenant_id, job_id)
-    export = ExportRepository(session).get(job.id, export_id)
+    export = ExportRepository(session).get(job.id, export_id, for_update=for_update)
     if export is None:
         raise NotFound(f"job {job.id} has no export {export_id!r}")
     return export
+
+
+def delete_export(
+    session: Session, store: ArtifactStore, tenant_id: str, job_id: str, export_id: str
+) -> None:
+    """The export's archive out of the store, then its row; 409 while it is queued or running
+    (nothing cancels a build). A hub push's repository is not touched: it is the user's."""
+    # Locked, so that of two deletes at once the second waits and then finds no export (404)
+    # instead of answering as though it had deleted it too.
+    export = get_export(session, tenant_id, job_id, export_id, for_update=True)
+    if ExportStatus(export.status) in BUILDING:
+        raise ExportStillBuilding(
+            f"export {export.id} is {export.status}; an export can be deleted once it has ended "
+            "(succeeded or failed), and a build cannot be cancelled: wait for it (GET "
+            f"/v1/jobs/{export.job_id}/exports/{export.id}), then delete it"
+        )
+    # The archive goes first and the row in the same transaction after it: a store that
+    # fails leaves both, to retry; a commit that fails after the archive went leaves a row
+    # whose archive is missing, which downloads and reuse already treat as never built, and
+    # which a second delete removes (a missing archive is no error).
+    if export.archive_uri is not None:
+        store.delete_file(export.archive_uri)
+    ExportRepository(session).delete(export)
 
 
 def list_exports(session: Session, tenant_id: str, job_id: str) -> list[Export]:

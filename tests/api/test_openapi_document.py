@@ -55,6 +55,11 @@ def document(stack: LocalStack) -> dict:
         ("post", "/v1/jobs/{job_id}/resume", {"400", "401", "404", "409", "422", "503"}),
         ("post", "/v1/jobs/{job_id}/exports", {"400", "401", "404", "409", "422", "503"}),
         ("get", "/v1/jobs/{job_id}/merged.tar.gz", {"400", "401", "404", "409", "422", "503"}),
+        (
+            "delete",
+            "/v1/jobs/{job_id}/exports/{export_id}",
+            {"400", "401", "404", "409", "422", "503"},
+        ),
         ("post", "/v1/datasets", {"400", "401", "413", "422", "503"}),
         ("post", "/v1/reward-functions/test", {"400", "401", "404", "413", "422", "503"}),
     ],

@@ -106,3 +106,27 @@ def test_the_local_store_keeps_a_file_where_it_is(tmp_path: Path) -> None:
     assert Path(uri) == archive.resolve() and store.file_size(uri) == READ_CHUNK_BYTES + 1
     assert store.file_size(str(tmp_path / "missing.tar.gz")) is None
     assert [len(piece) for piece in store.read_file(uri)] == [READ_CHUNK_BYTES, 1]
+
+
+def test_s3_deletes_a_file_and_a_file_already_gone(store: S3ArtifactStore, tmp_path: Path) -> None:
+    archive = tmp_path / "exp_1.tar.gz"
+    archive.write_bytes(b"merged")
+    uri = store.save_file(archive, "job_1/exports/exp_1.tar.gz")
+    kept = store.save_file(archive, "job_1/exports/exp_2.tar.gz")
+    store.delete_file(uri)
+    assert store.file_size(uri) is None
+    store.delete_file(uri)  # a retried delete finishes without an error
+    assert store.file_size(kept) == len(b"merged")
+
+
+def test_the_local_store_deletes_a_file_and_a_file_already_gone(tmp_path: Path) -> None:
+    archive = tmp_path / "exp_1.tar.gz"
+    archive.write_bytes(b"merged")
+    kept = tmp_path / "exp_2.tar.gz"
+    kept.write_bytes(b"merged")
+    store = LocalArtifactStore(tmp_path)
+    uri = store.save_file(archive, "ignored")
+    store.delete_file(uri)
+    assert not archive.exists() and store.file_size(uri) is None
+    store.delete_file(uri)
+    assert kept.read_bytes() == b"merged"

@@ -117,6 +117,13 @@ class Exports:
         data = self._transport.request(RequestOptions("GET", path)).json()["data"]
         return [Export.model_validate(item) for item in data]
 
+    def delete(self, job_id: str, export_id: str, /) -> None:
+        """Delete an export that has ended, and its merged archive on the server (a hub
+        repository it pushed to is left as it is). ``rft.ConflictError`` while it is queued or
+        running: wait for it to end; ``rft.NotFoundError`` once it is gone."""
+        path = f"/v1/jobs/{job_id}/exports/{export_id}"
+        self._transport.request(RequestOptions("DELETE", path))
+
     def wait(
         self,
         job_id: str,
@@ -179,6 +186,10 @@ class AsyncExports:
         path = f"/v1/jobs/{job_id}/exports"
         data = (await self._transport.request(RequestOptions("GET", path))).json()["data"]
         return [Export.model_validate(item) for item in data]
+
+    async def delete(self, job_id: str, export_id: str, /) -> None:
+        path = f"/v1/jobs/{job_id}/exports/{export_id}"
+        await self._transport.request(RequestOptions("DELETE", path))
 
     async def wait(
         self,
