@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from sandbox.agent_api import AgentSandbox
     from sandbox.process import ProcessSandbox
-    from workers.job_sandbox import JobSandbox
+    from workers.job_sandbox import JobAgentSandbox, JobSandbox
     from workers.training.ranks import RankGroup
     from workers.training.spec import TrainingSpec
     from workers.training.step_records import RewardConfig, StepRecord
@@ -90,9 +90,15 @@ class RankObserver:
     boundary. Records, checkpoints and rejections are sent by rank 0 only.
     """
 
-    def __init__(self, worker: Connection | None, sandbox: JobSandbox | None) -> None:
+    def __init__(
+        self,
+        worker: Connection | None,
+        sandbox: JobSandbox | None,
+        agent_sandbox: JobAgentSandbox | None = None,
+    ) -> None:
         self.worker = worker
         self.sandbox = sandbox
+        self.agent_sandbox = agent_sandbox
 
     @functools.cached_property
     def ranks(self) -> RankGroup:
@@ -110,10 +116,12 @@ class RankObserver:
         config: RewardConfig | None = self.ranks.from_main(
             lambda: self._ask("poll_reward_config", current_version, starting_step)
         )
-        if config is not None and self.sandbox is not None:
-            # The version's secrets (an update may rotate them): this rank's sandbox restarts
-            # with them when it loads the version's functions (nothing restarts if unchanged).
-            self.sandbox.stage_environment(config.secrets)
+        if config is not None:
+            # The version's secrets (an update may rotate them): this rank's sandboxes restart
+            # with them when they load the version's code (nothing restarts if unchanged).
+            for sandbox in (self.sandbox, self.agent_sandbox):
+                if sandbox is not None:
+                    sandbox.stage_environment(config.secrets)
         return config
 
     def should_stop(self) -> str | None:
@@ -159,24 +167,30 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
             started.close()
 
 
-def _open_agent_sandbox(job: RankJob) -> AgentSandbox | None:
+def _open_agent_sandbox(job: RankJob) -> JobAgentSandbox | None:
     """Where an agent job's tools and environments run: a sandbox of its own beside the reward
     sandbox, under the same rules (network only if the job allows it, the job's secrets, its
-    packages, the same limits). None for a job without tools or environments."""
+    packages, the same limits), restarted with new secrets as the reward sandbox is. None for
+    a job without tools or environments."""
     config = job.spec.reward_config
     if not (config.tools or config.environments):
         return None
     from sandbox.agent_api import AgentLimits
     from sandbox.agent_host import create_agent_sandbox
     from service.settings import get_settings, sandbox_settings
+    from workers.job_sandbox import JobAgentSandbox
 
-    settings = sandbox_settings(
-        get_settings(), allow_network=job.allow_network, secrets=config.secrets
-    )
-    if job.packages_path is not None:
-        settings.extra_python_paths = [job.packages_path]
     limits = AgentLimits(tool_timeout_s=job.spec.hyperparameters.tool_timeout_s)
-    return create_agent_sandbox(settings, limits)
+
+    def start(secrets: dict[str, str]) -> AgentSandbox:
+        settings = sandbox_settings(
+            get_settings(), allow_network=job.allow_network, secrets=secrets
+        )
+        if job.packages_path is not None:
+            settings.extra_python_paths = [job.packages_path]
+        return create_agent_sandbox(settings, limits)
+
+    return JobAgentSandbox(start, config.secrets)
 
 
 def _start_sandbox_ahead() -> ProcessSandbox | None:
@@ -219,8 +233,8 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         if not supervised:
             ahead, sandbox_ahead = sandbox_ahead, None
             sandbox = _open_sandbox(job, ahead)
-        observer = RankObserver(worker, sandbox)
         agent_sandbox = _open_agent_sandbox(job)
+        observer = RankObserver(worker, sandbox, agent_sandbox)
         try:
             with tracker_environment(job.report_to, job.spec.reward_config.secrets):
                 if sandbox is None:

@@ -110,8 +110,12 @@ class RewardDispatcher:
         models cannot load, AgentCodeError if its tools or environments cannot (the config in
         force then stays)."""
         agents = self.agents
+        # New secrets restart the agent sandbox too (the observer staged them on both), so
+        # its tools and environments see them from the same step as the reward functions.
         agent_code_changes = agents is not None and (
-            config.tools != self.config.tools or config.environments != self.config.environments
+            config.tools != self.config.tools
+            or config.environments != self.config.environments
+            or config.secrets != self.config.secrets
         )
         if agents is not None and agent_code_changes:
             agents.load(config.tools, config.environments)
@@ -121,6 +125,12 @@ class RewardDispatcher:
             functions_loaded = True
             self._load_reward_models(config)
         except BaseException:
+            # Back to the config in force, its secrets too: a sandbox that restarted for the
+            # new ones restarts again with the old.
+            for sandbox in (self._sandbox, agents.sandbox if agents is not None else None):
+                stage = getattr(sandbox, "stage_environment", None)
+                if stage is not None:
+                    stage(self.config.secrets)
             if agents is not None and agent_code_changes:
                 agents.load(self.config.tools, self.config.environments)
             if functions_loaded:
