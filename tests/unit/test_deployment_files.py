@@ -86,3 +86,14 @@ def test_vllm_compile_caches_survive_a_restart() -> None:
         volumes.add(volume)
     # One cache per service: two containers never write one at once.
     assert len(volumes) == 2
+
+
+def test_an_exporter_takes_exports_only_with_the_artifacts_and_no_gpu() -> None:
+    services = compose_services()
+    exporter = services["exporter"]
+    assert exporter["command"] == ["rft-server", "worker", "--exports-only"]
+    assert exporter["build"]["dockerfile"] == "Dockerfile.worker"  # torch, peft, the hub client
+    # It reads adapters from and writes archives to the artifact store the API streams from.
+    artifacts = next(v for v in services["api"]["volumes"] if v.startswith("artifacts:"))
+    assert artifacts in exporter["volumes"]
+    assert "deploy" not in exporter  # merges on CPU: no GPU reserved
