@@ -9,6 +9,7 @@ checked: a CPU-only deployment, a worker generating with transformers, an unread
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from redis.exceptions import RedisError
@@ -17,6 +18,7 @@ from service.base_models.model_config import read_model_files
 from service.errors import BadRequest
 from service.jobs.gpu_memory import JobMemory, ModelShape, UnknownModelShape, plan_memory
 from service.jobs.schemas import JobCreate
+from service.reward_functions.schemas import model_entries
 from service.settings import Settings
 from workers.queue import WorkerCapacity, live_workers
 
@@ -42,16 +44,36 @@ def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
     except UnknownModelShape as exc:
         logger.info("not checking GPU memory for %r: %s", payload.base_model, exc)
         return
-    job = JobMemory.from_hyperparameters(
-        payload.hyperparameters,
-        num_devices=payload.num_devices,
-        num_nodes=payload.num_nodes,
-        engine=payload.engine,
+    job = dataclasses.replace(
+        JobMemory.from_hyperparameters(
+            payload.hyperparameters,
+            num_devices=payload.num_devices,
+            num_nodes=payload.num_nodes,
+            engine=payload.engine,
+        ),
+        reward_model_bytes=_reward_model_bytes(payload, settings),
     )
     device_gib = max(worker.gpu_memory_gib or 0.0 for worker in workers)
     plan = plan_memory(shape, job, device_gib)
     if plan.problem is not None:
         raise JobDoesNotFitGpu(f"base_model {payload.base_model!r}: {plan.problem}")
+
+
+def _reward_model_bytes(payload: JobCreate, settings: Settings) -> int:
+    """The weights of the job's reward models whose config.json can be read here (the others,
+    like the built-in tiny one, count nothing)."""
+    total = 0
+    for entry in model_entries(payload.reward_functions).values():
+        files = read_model_files(entry.model, settings)
+        if files is None:
+            continue
+        try:
+            shape = ModelShape.from_config(files.config, checkpoint_bytes=files.checkpoint_bytes)
+        except UnknownModelShape as exc:
+            logger.info("not counting reward model %r's memory: %s", entry.model, exc)
+            continue
+        total += shape.weight_bytes()
+    return total
 
 
 def running_workers(settings: Settings) -> list[WorkerCapacity]:

@@ -205,6 +205,9 @@ class JobMemory:
     utilization: float | None = None
     # Whether prompt_tokens is the job's cap or ASSUMED_PROMPT_TOKENS (for messages).
     prompts_capped: bool = True
+    # The job's reward models' weights: every rank keeps them on its device beside the
+    # trainer (workers.training.reward_models), for the whole run.
+    reward_model_bytes: int = 0
 
     @classmethod
     def from_hyperparameters(
@@ -272,6 +275,7 @@ class MemoryPlan:
     sleep_mode: bool
     utilization: float | None  # vLLM's gpu_memory_utilization; None when the job cannot fit
     problem: str | None = None
+    reward_models_gib: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -284,7 +288,12 @@ class MemoryPlan:
 
     @property
     def trainer_static_gib(self) -> float:
-        return self.trainer_weights_gib + self.lora_gib + self.trainer_runtime_gib
+        return (
+            self.trainer_weights_gib
+            + self.lora_gib
+            + self.trainer_runtime_gib
+            + self.reward_models_gib
+        )
 
     @property
     def trainer_gib(self) -> float:
@@ -308,7 +317,9 @@ class MemoryPlan:
         )
         trainer = (
             f"(its weights {self.trainer_weights_gib:.1f} + LoRA and Adam {self.lora_gib:.1f} + "
-            f"activations {self.activations_gib:.1f} + CUDA {self.trainer_runtime_gib:.1f})"
+            f"activations {self.activations_gib:.1f} + CUDA {self.trainer_runtime_gib:.1f}"
+            + (f" + reward models {self.reward_models_gib:.1f}" if self.reward_models_gib else "")
+            + ")"
         )
         if self.sleep_mode:
             return (
@@ -367,6 +378,7 @@ def plan_memory(shape: ModelShape, job: JobMemory, device_gib: float) -> MemoryP
         trainer_runtime_gib=TRAINER_RUNTIME_GIB,
         sleep_mode=job.sleep_mode,
         utilization=None,
+        reward_models_gib=gib(job.reward_model_bytes),
     )
     if shape.attention_heads % tp != 0:
         return _refused(
@@ -413,12 +425,15 @@ def _check_given_share(
             "raise it, lower vllm_max_model_length, or use vllm_tensor_parallel_size with "
             "more num_devices",
         )
-    if plan.trainer_weights_gib + plan.trainer_runtime_gib + share > plan.device_gib:
+    # The reward models load before vLLM starts (RewardDispatcher.load_initial).
+    taken = plan.trainer_weights_gib + plan.trainer_runtime_gib + plan.reward_models_gib
+    if taken + share > plan.device_gib:
         return _refused(
             plan,
             f"vllm_gpu_memory_utilization={job.utilization} asks {share:.1f} GiB of the "
             f"{plan.device_gib:.1f} GiB GPU, and the trainer's weights and CUDA context "
-            f"already take {plan.trainer_weights_gib + plan.trainer_runtime_gib:.1f} GiB when "
+            + ("and the reward models " if plan.reward_models_gib else "")
+            + f"already take {taken:.1f} GiB when "
             "vLLM starts: lower it, or use vllm_tensor_parallel_size with more num_devices "
             "(engine 'fsdp' also shards the trainer's weights)",
         )
@@ -436,6 +451,8 @@ def _too_big(plan: MemoryPlan, job: JobMemory) -> str:
         levers.append(
             "set vllm_sleep_mode (vLLM frees its weights and KV cache while the trainer steps)"
         )
+    if plan.reward_models_gib:
+        levers.append("use a smaller reward model (each rank keeps its weights)")
     levers.append(
         "or use vllm_tensor_parallel_size with more num_devices (engine 'fsdp' also shards "
         "the trainer's copy of the weights)"

@@ -17,7 +17,7 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import upload_jsonl
-from tests.unit.test_gpu_memory import QWEN25_14B
+from tests.unit.test_gpu_memory import QWEN25_7B, QWEN25_14B
 from workers.queue import advertise_capacity, withdraw_capacity
 
 REWARD = {"one": {"source": "def one(prompt, completion, example):\n    return 1.0\n"}}
@@ -28,6 +28,10 @@ def models() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="rft-gpu-models-"))
     (root / "qwen14b").mkdir()
     (root / "qwen14b" / "config.json").write_text(json.dumps(QWEN25_14B))
+    # A 7B reward model (~14 GiB in bf16), as its pre-flight wants one: a classifier, 1 label.
+    (root / "reward7b").mkdir()
+    reward = {**QWEN25_7B, "architectures": ["Qwen2ForSequenceClassification"], "num_labels": 1}
+    (root / "reward7b" / "config.json").write_text(json.dumps(reward))
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -105,6 +109,21 @@ def test_the_largest_gpu_of_the_workers_that_could_take_it_decides(
     gpu_worker("gpu-48", gpu_memory_gib=48.0, vllm=True)
     gpu_worker("gpu-141", gpu_memory_gib=141.0, vllm=True)
     assert create(client, models, {}).status_code == 201
+
+
+def test_a_reward_model_counts_against_the_gpu(
+    api: tuple[LocalStack, httpx.Client], models: Path, gpu_worker: Any
+) -> None:
+    """Each rank keeps the job's reward models on its device: a 14B job that fits 80 GB with
+    the medium preset does not with a 7B reward model beside it."""
+    _, client = api
+    gpu_worker("gpu-80-rm", gpu_memory_gib=80.0, vllm=True)
+    assert create(client, models, {"preset": "medium"}).status_code == 201
+    judged = {**REWARD, "judge": {"model": str(models / "reward7b")}}
+    refused = create(client, models, {"preset": "medium"}, reward_functions=judged)
+    assert refused.status_code == 400, refused.text
+    assert "reward models 14.2" in refused.json()["detail"]
+    assert "smaller reward model" in refused.json()["detail"]
 
 
 def test_two_gpus_with_tensor_parallelism(

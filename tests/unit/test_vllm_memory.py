@@ -106,3 +106,30 @@ def test_nothing_is_sized_where_the_arithmetic_does_not_apply(tmp_path: Path, gp
     # A config the arithmetic cannot read: RFT_VLLM_MEMORY_FRACTION stays in force.
     (Path(path) / "config.json").write_text(json.dumps({"model_type": "bert"}))
     assert colocated_memory_plan(spec(tmp_path), path) is None
+
+
+def test_the_reward_models_on_the_device_count_against_vllms_share(
+    tmp_path: Path, gpu_of: Any
+) -> None:
+    """A 7B reward model (~14 GiB in bf16, on every rank's device before vLLM starts) turns a
+    14B job that fits 80 GB with the medium preset into one that does not."""
+    from workers.training.step_records import RewardModelSpec
+    from workers.training.vllm_memory import colocated_memory_plan
+
+    gpu_of(80)
+    path = model_dir(tmp_path, QWEN25_14B)
+    reward_model = tmp_path / "reward-7b"
+    reward_model.mkdir()
+    (reward_model / "config.json").write_text(json.dumps(QWEN25_7B))
+    alone = colocated_memory_plan(spec(tmp_path, preset="medium"), path)
+    assert alone is not None and alone.reward_models_gib == 0
+    judged = spec(tmp_path, preset="medium")
+    judged.reward_config.reward_models.append(RewardModelSpec("judge", str(reward_model)))
+    with pytest.raises(GenerationSetupError, match=r"reward models 14\.2") as refused:
+        colocated_memory_plan(judged, path)
+    assert "smaller reward model" in str(refused.value)
+    # The built-in tiny reward model counts nothing.
+    tiny = spec(tmp_path, preset="medium")
+    tiny.reward_config.reward_models.append(RewardModelSpec("judge", "rft-tiny-reward"))
+    plan = colocated_memory_plan(tiny, path)
+    assert plan is not None and plan.utilization == alone.utilization

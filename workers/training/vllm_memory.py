@@ -9,6 +9,7 @@ A config that cannot be read leaves the worker's RFT_VLLM_MEMORY_FRACTION in for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -42,11 +43,14 @@ def colocated_memory_plan(spec: TrainingSpec, model_path: str | None) -> MemoryP
     import torch
 
     _, total = torch.cuda.mem_get_info()
-    job = JobMemory.from_hyperparameters(
-        hp,
-        num_devices=int(os.environ.get("WORLD_SIZE", "1")),
-        engine=_engine(),
-        configured_max_model_len=generation.max_model_length,
+    job = dataclasses.replace(
+        JobMemory.from_hyperparameters(
+            hp,
+            num_devices=int(os.environ.get("WORLD_SIZE", "1")),
+            engine=_engine(),
+            configured_max_model_len=generation.max_model_length,
+        ),
+        reward_model_bytes=_reward_model_bytes(spec),
     )
     plan = plan_memory(shape, job, total / 1024**3)
     if plan.problem is not None:
@@ -61,6 +65,19 @@ def colocated_memory_plan(spec: TrainingSpec, model_path: str | None) -> MemoryP
         plan.device_gib,
     )
     return plan
+
+
+def _reward_model_bytes(spec: TrainingSpec) -> int:
+    """The weights of the job's reward models, already on this rank's device when vLLM starts
+    (the built-in tiny one, and any whose config cannot be read, count nothing)."""
+    from workers.training.tiny_reward_model import TINY_REWARD_MODEL_NAME
+
+    shapes = (
+        _model_shape(entry.model)
+        for entry in spec.reward_config.reward_models
+        if entry.model != TINY_REWARD_MODEL_NAME
+    )
+    return sum(shape.weight_bytes() for shape in shapes if shape is not None)
 
 
 def _model_shape(model_path: str) -> ModelShape | None:
