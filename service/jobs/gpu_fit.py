@@ -36,13 +36,8 @@ def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
     workers = _vllm_gpu_workers(payload, settings)
     if not workers:
         return
-    files = read_model_files(payload.base_model, settings)
-    if files is None:
-        return
-    try:
-        shape = ModelShape.from_config(files.config, checkpoint_bytes=files.checkpoint_bytes)
-    except UnknownModelShape as exc:
-        logger.info("not checking GPU memory for %r: %s", payload.base_model, exc)
+    shape = _readable_shape(payload.base_model, settings)
+    if shape is None:
         return
     job = dataclasses.replace(
         JobMemory.from_hyperparameters(
@@ -62,18 +57,24 @@ def check_gpu_memory(payload: JobCreate, settings: Settings) -> None:
 def _reward_model_bytes(payload: JobCreate, settings: Settings) -> int:
     """The weights of the job's reward models whose config.json can be read here (the others,
     like the built-in tiny one, count nothing)."""
-    total = 0
-    for entry in model_entries(payload.reward_functions).values():
-        files = read_model_files(entry.model, settings)
-        if files is None:
-            continue
-        try:
-            shape = ModelShape.from_config(files.config, checkpoint_bytes=files.checkpoint_bytes)
-        except UnknownModelShape as exc:
-            logger.info("not counting reward model %r's memory: %s", entry.model, exc)
-            continue
-        total += shape.weight_bytes()
-    return total
+    shapes = (
+        _readable_shape(entry.model, settings)
+        for entry in model_entries(payload.reward_functions).values()
+    )
+    return sum(shape.weight_bytes() for shape in shapes if shape is not None)
+
+
+def _readable_shape(model: str, settings: Settings) -> ModelShape | None:
+    """``model``'s shape from its config.json, or None where it cannot be read here (then
+    nothing of it is checked)."""
+    files = read_model_files(model, settings)
+    if files is None:
+        return None
+    try:
+        return ModelShape.from_config(files.config, checkpoint_bytes=files.checkpoint_bytes)
+    except UnknownModelShape as exc:
+        logger.info("not counting %r in the GPU memory check: %s", model, exc)
+        return None
 
 
 def running_workers(settings: Settings) -> list[WorkerCapacity]:
