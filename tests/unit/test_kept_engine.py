@@ -5,6 +5,7 @@ in tests/vllm_generation/test_vllm_engine_reuse.py."""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -171,3 +172,30 @@ def test_release_kept_shuts_the_engine_down_once() -> None:
     kept_engine.release_kept()
     assert built[0].calls == ["reset_prefix_cache", "shutdown"]
     assert kept_engine.kept_model() is None
+
+
+def test_a_fresh_engine_gets_a_port_the_kernel_handed_out_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TRL takes 29500 when its check calls it free, which it does while another process's
+    engine listens there: the engine's port is asked of the kernel instead."""
+    kept_engine.allow_keeping()
+    ports: list[str | None] = []
+
+    def start(target: Any) -> None:
+        ports.append(os.environ.get("MASTER_PORT"))
+        target.llm = StandInLLM()
+
+    trainer = SimpleNamespace(vllm_generation=generation(), released=False)
+    kept_engine._start_or_adopt(trainer.vllm_generation, start)
+    port = ports[-1]
+    assert port is not None and int(port) > 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", int(port)))  # nothing else holds it
+    kept_engine.keep_or_release(trainer, release)
+    assert "MASTER_PORT" not in os.environ  # put back as it was before the engine
+    kept_engine.release_kept()
+
+    monkeypatch.setenv("MASTER_PORT", "41234")  # a launcher's (torchrun's) port stands
+    kept_engine._start_or_adopt(generation(), start)
+    assert ports[-1] == "41234"

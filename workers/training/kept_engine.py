@@ -34,6 +34,7 @@ import gc
 import logging
 import os
 import random
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +223,12 @@ def _start_or_adopt(generation: Any, start: Any) -> None:
         kept = None
     variables_before = {name: os.environ.get(name) for name in _LAUNCH_VARIABLES}
     if kept is None:
+        if not os.environ.get("MASTER_PORT"):
+            # vLLM's one-process group listens there. TRL would pick 29500 whenever its check
+            # calls it free, which it does while another process's engine listens on it (seen:
+            # a kept engine in a worker, then any other one-process engine on the machine
+            # failed with EADDRINUSE). A port the kernel hands out is free.
+            os.environ["MASTER_PORT"] = str(_free_port())
         start(generation)
         random_after_start = _RandomState.capture()
     else:
@@ -238,6 +245,12 @@ def _start_or_adopt(generation: Any, start: Any) -> None:
             **(_process.started or {}),
             id(generation): (key, random_after_start, variables_before),
         }
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
 
 
 def _restore_variables(values: dict[str, str | None]) -> None:
