@@ -58,6 +58,15 @@ _PR_SET_PDEATHSIG = 1
 # Logged once a spare has imported everything (bench/bench_first_step.py waits for it).
 SPARE_READY = "spare training process ready for a job"
 _MODULE = "workers.training.rank_process"  # as the worker starts it (python -m)
+# What torchrun (and TRL, for vLLM's group) set for a rank of a launched job.
+LAUNCH_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 logger = logging.getLogger("workers.training.rank_process")
 
@@ -654,6 +663,11 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     _configure_logging()
     if argv[:1] == ["--spare"]:
+        # A spare is nobody's rank: launch variables inherited from the worker's environment
+        # would make its trainer's accelerate state a distributed one, and put every spare's
+        # vLLM group on the same port (held for as long as an engine is kept: kept_engine).
+        for name in LAUNCH_VARIABLES:
+            os.environ.pop(name, None)
         return _run_spare()
     return run_rank(Path(argv[0]))
 
