@@ -33,8 +33,6 @@ class _Closable(Protocol):
 
 SandboxT = TypeVar("SandboxT", bound=_Closable)
 Loaded = TypeVar("Loaded")
-SandboxFactory = Callable[[dict[str, str]], RewardSandbox]
-AgentSandboxFactory = Callable[[dict[str, str]], AgentSandbox]
 
 
 class _RestartsWithNewEnvironment(Generic[SandboxT]):

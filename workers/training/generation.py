@@ -153,10 +153,7 @@ def release_vllm(trainer: Any) -> None:
         llm = getattr(vllm_generation, "llm", None)
         if llm is not None:
             vllm_generation.llm = None  # once, even if the shutdown fails half-way
-            # Unfreezes the collector, destroys vLLM's process groups (under external_launcher
-            # the default group too: the trainer's own; call this after the last collective),
-            # empties device caches.
-            llm.llm_engine.engine_core.shutdown()
+            shut_down_engine(llm)
     finally:
         # Server mode (rank 0 only): the NCCL group TRL's VLLMClient opened with the server.
         # Closed on every path, or the server keeps waiting on this trainer's socket. TRL 1.16
@@ -169,6 +166,14 @@ def release_vllm(trainer: Any) -> None:
         if client is not None:
             client.close_communicator()
         gc.collect()
+
+
+def shut_down_engine(llm: Any) -> None:
+    """Shut a colocated ``LLM`` down: unfreezes the collector, destroys vLLM's process groups
+    (under external_launcher the default group too: the trainer's own; call this after the
+    last collective), empties device caches."""
+    llm.llm_engine.engine_core.shutdown()
+    gc.collect()
 
 
 def vllm_unusable_reason(device: Device) -> str | None:

@@ -41,11 +41,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.training.generation import shut_down_engine
+
 logger = logging.getLogger(__name__)
 
 # What TRL's colocate start sets for vLLM (VLLMGeneration._init_vllm, ensure_master_addr_port).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _PATCHED_MARK = "_rft_keeps_engines"
+# On a VLLMGeneration whose engine may be kept: how it started (_Start).
+_START_ATTRIBUTE = "_rft_engine_start"
 
 
 @dataclass(frozen=True)
@@ -115,14 +119,22 @@ class _KeptEngine:
     launch_variables: dict[str, str]
 
 
+@dataclass(frozen=True)
+class _Start:
+    """How a trainer's engine started: its key, the random state a fresh start left, and the
+    launch variables as they were before it."""
+
+    key: EngineKey
+    random_after_start: _RandomState
+    variables_before: dict[str, str | None]
+
+
 @dataclass
 class _Process:
     """This process's part: whether it may keep an engine, and the one it keeps."""
 
     allowed: bool = False
     kept: _KeptEngine | None = None
-    # Of the engine the current job's trainer uses: how it started, and the variables before it.
-    started: dict[int, tuple[EngineKey, _RandomState, dict[str, str | None]]] | None = None
     adoptions: int = 0
 
 
@@ -165,14 +177,14 @@ def keep_or_release(trainer: Any, release: Any) -> bool:
     this process may, else ``release(trainer)``. Whether it was kept."""
     generation = getattr(trainer, "vllm_generation", None)
     llm = getattr(generation, "llm", None)
-    started = (_process.started or {}).pop(id(generation), None)
-    if not _process.allowed or generation is None or llm is None or started is None:
+    start: _Start | None = getattr(generation, _START_ATTRIBUTE, None)
+    if not _process.allowed or generation is None or llm is None or start is None:
         release(trainer)
         return False
-    key, random_after_start, variables_before = started
+    key = start.key
     generation.llm = None
     launch_variables = {name: os.environ[name] for name in _LAUNCH_VARIABLES if name in os.environ}
-    _restore_variables(variables_before)
+    _restore_variables(start.variables_before)
     try:
         # Cached prefixes are the last job's weights' KV: never served to the next job.
         llm.reset_prefix_cache()
@@ -180,9 +192,9 @@ def keep_or_release(trainer: Any, release: Any) -> bool:
             llm.sleep(level=2)  # as TRL leaves a fresh engine: the weights come with the sync
     except Exception:
         logger.exception("could not keep the vLLM engine for the next job; shutting it down")
-        _shut_down(llm)
+        shut_down_engine(llm)
         return False
-    _process.kept = _KeptEngine(key, llm, random_after_start, launch_variables)
+    _process.kept = _KeptEngine(key, llm, start.random_after_start, launch_variables)
     # The run's objects (trainer, model, optimizer) were allocated before vLLM froze the
     # collector's view of the heap at its start: without unfreezing they would never be freed.
     gc.unfreeze()
@@ -198,7 +210,7 @@ def release_kept() -> None:
     kept, _process.kept = _process.kept, None
     if kept is not None:
         logger.info("shutting down the kept vLLM engine of %s", kept.key.model)
-        _shut_down(kept.llm)
+        shut_down_engine(kept.llm)
 
 
 def _start_or_adopt(generation: Any, start: Any) -> None:
@@ -241,10 +253,7 @@ def _start_or_adopt(generation: Any, start: Any) -> None:
         _process.adoptions += 1
         logger.info("reusing the kept vLLM engine of %s (no model load, no compile)", key.model)
     if _process.allowed:
-        _process.started = {
-            **(_process.started or {}),
-            id(generation): (key, random_after_start, variables_before),
-        }
+        setattr(generation, _START_ATTRIBUTE, _Start(key, random_after_start, variables_before))
 
 
 def _free_port() -> int:
@@ -259,12 +268,6 @@ def _restore_variables(values: dict[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-
-
-def _shut_down(llm: Any) -> None:
-    # As generation.release_vllm: unfreezes the collector, destroys vLLM's process groups.
-    llm.llm_engine.engine_core.shutdown()
-    gc.collect()
 
 
 def _has_4bit_layers(model: Any) -> bool:

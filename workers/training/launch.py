@@ -136,10 +136,12 @@ def release_engine_holder() -> None:
     global _engine_holder
     holder, _engine_holder = _engine_holder, None
     if holder is not None:
-        logger.info(
-            "stopping the training process that kept the vLLM engine of %s", holder.base_model
-        )
-        stop_process_group(holder.process)
+        _stop_holder(holder)
+
+
+def _stop_holder(holder: _EngineHolder) -> None:
+    logger.info("stopping the training process that kept the vLLM engine of %s", holder.base_model)
+    stop_process_group(holder.process)
 
 
 def _send_to_engine_holder(job_dir: Path, job: RankJob) -> subprocess.Popen[bytes] | None:
@@ -158,8 +160,7 @@ def _send_to_engine_holder(job_dir: Path, job: RankJob) -> subprocess.Popen[byte
             return holder.process
         except OSError:  # it died between jobs
             logger.warning("the training process that kept a vLLM engine is gone")
-    _engine_holder = holder
-    release_engine_holder()
+    _stop_holder(holder)
     return None
 
 
