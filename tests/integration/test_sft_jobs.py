@@ -47,7 +47,9 @@ BANANAS = [
     for topic in TOPICS
 ]
 # Long enough to pause mid-run on a busy machine, short enough to finish in seconds.
-TRAIN_STEPS = 20
+# Long enough that a pause sent once step 2 is seen lands before the job ends: its steps take
+# ~0.05 s, and at 20 the job once finished first on a loaded machine (409: succeeded).
+TRAIN_STEPS = 60
 EVAL_EVERY = 10
 
 
@@ -96,7 +98,7 @@ def test_a_supervised_job_through_the_sdk_learns_pauses_and_resumes(
     assert all(s.reward_mean is None and s.reward_functions == {} for s in steps)
     assert all(s.metrics is not None and "mean_token_accuracy" in s.metrics for s in steps)
     evaluated = [s.step for s in steps if s.metrics and "eval_loss" in s.metrics]
-    assert evaluated == [10, 20]
+    assert evaluated == list(range(EVAL_EVERY, TRAIN_STEPS + 1, EVAL_EVERY))
 
     kinds = [e["kind"] for e in all_pages(tenant, f"/v1/jobs/{job.id}/events/history")]
     assert "paused" in kinds and "resumed" in kinds and "generation" not in kinds
