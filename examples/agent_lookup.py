@@ -7,11 +7,12 @@ Run it against a running server (for example `bash scripts/run.sh --keep-running
 It trains the built-in tool-calling tiny model ("rft-tiny-tools": the tiny model warmed up on
 transcripts of this very task, so it calls `lookup` on ~40% of its first turns and guesses the
 rest) with GRPO: the reward pays for the right value, which only the tool knows, so the share of
-rollouts that call it rises. About a minute on a CPU.
+rollouts that call it rises. About a minute on a CPU. `--steps N` trains N steps instead of 16.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 
@@ -55,7 +56,7 @@ def correct_value(prompt, completion, example):
     return 1.0 if re.search(r"\b" + re.escape(example["answer"]) + r"\b", completion) else 0.0
 
 
-def main() -> None:
+def main(train_steps: int = TRAIN_STEPS) -> None:
     rng = random.Random(1)
     rows = []
     for _ in range(64):
@@ -77,7 +78,7 @@ def main() -> None:
             tools=[lookup],
             hyperparameters=rft.Hyperparameters(
                 preset="tiny-cpu",
-                train_steps=TRAIN_STEPS,
+                train_steps=train_steps,
                 num_generations=8,
                 prompts_per_step=4,
                 max_completion_length=64,  # a call, the tool's answer and the final answer
@@ -111,4 +112,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=TRAIN_STEPS, help="training steps")
+    main(parser.parse_args().steps)

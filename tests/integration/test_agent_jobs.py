@@ -1,10 +1,12 @@
-"""An agent job through the API, on a real worker: the tiny tool-calling model learns to call
-``lookup`` (its code in the job's sandbox), every rollout is stored turn by turn, a pause and
-resume records no trajectory twice, and the tool is replaced mid-run from the step promised."""
+"""An agent job through the API, on a real worker: the tiny tool-calling model calls ``lookup``
+(its code in the job's sandbox), every rollout is stored turn by turn, a pause and resume
+records no trajectory twice, and the tool is replaced mid-run from the step promised.
+
+That the reward rises with this model, tool and reward is shown once, without a stack, in
+tests/training/test_agent_training.py::test_grpo_raises_a_tool_using_reward."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import httpx
@@ -18,7 +20,8 @@ from workers.training.tiny_tool_model import (
 
 pytestmark = pytest.mark.integration
 
-TRAIN_STEPS = 16
+TRAIN_STEPS = 8
+PROMPTS_PER_STEP, NUM_GENERATIONS = 2, 8
 # The lookup tool of the second config version: the same name and schema (what the model was
 # warmed up on), its answers end with "!". From the step it applies, every answered call says so.
 EXCLAIMING_LOOKUP_SOURCE = LOOKUP_TOOL_SOURCE.replace(
@@ -29,11 +32,19 @@ assert EXCLAIMING_LOOKUP_SOURCE != LOOKUP_TOOL_SOURCE
 
 
 def agent_job(client: httpx.Client, **hyperparameters: Any) -> dict[str, Any]:
-    body = lookup_job(client, hyperparameters={"train_steps": TRAIN_STEPS, **hyperparameters})
+    body = lookup_job(
+        client,
+        hyperparameters={
+            "train_steps": TRAIN_STEPS,
+            "prompts_per_step": PROMPTS_PER_STEP,
+            "num_generations": NUM_GENERATIONS,
+            **hyperparameters,
+        },
+    )
     return create_job(client, body)
 
 
-def test_an_agent_job_learns_to_use_its_tool_and_is_recorded_turn_by_turn(
+def test_an_agent_job_uses_its_tool_and_is_recorded_turn_by_turn(
     tenant: httpx.Client,
 ) -> None:
     job = agent_job(tenant, checkpoint_every=4)
@@ -60,9 +71,6 @@ def test_an_agent_job_learns_to_use_its_tool_and_is_recorded_turn_by_turn(
 
     steps = all_pages(tenant, f"/v1/jobs/{job_id}/steps")
     assert [s["step"] for s in steps] == list(range(1, TRAIN_STEPS + 1))
-    rewards = [s["reward_mean"] or 0.0 for s in steps]
-    # Measured in tests/training/test_agent_training.py: 0.45 -> 0.85-0.95 within ~6 steps.
-    assert statistics.mean(rewards[-4:]) > statistics.mean(rewards[:4]) + 0.2, rewards
     for step in steps:
         metrics = step["agent_metrics"]
         assert metrics is not None and set(metrics) >= {
@@ -77,7 +85,8 @@ def test_an_agent_job_learns_to_use_its_tool_and_is_recorded_turn_by_turn(
     per_step: dict[int, int] = {}
     for completion in completions:
         per_step[completion["step"]] = per_step.get(completion["step"], 0) + 1
-    assert per_step == dict.fromkeys(range(1, TRAIN_STEPS + 1), 32), per_step
+    rollouts = PROMPTS_PER_STEP * NUM_GENERATIONS
+    assert per_step == dict.fromkeys(range(1, TRAIN_STEPS + 1), rollouts), per_step
 
     exclaimed = plain = 0
     for completion in completions:

@@ -4,7 +4,8 @@ Each worker can give a job 1 device (RFT_WORKER_DEVICES=1); the jobs here ask fo
 1 device each, so they must be placed on both workers at once: two launchers (torchrun
 --nnodes 2), one per worker, meeting at node 0's address. Node 0's worker records the run;
 losing the other worker sends the job back to the queue, and it resumes from its checkpoint.
-A job that cannot be placed whole waits, says so, and is placed once both workers are free.
+A job that cannot be placed whole waits and says so: that rule is tested at the row, without
+training (tests/recording/test_placement.py).
 """
 
 from __future__ import annotations
@@ -213,30 +214,6 @@ def test_losing_a_node_resumes_the_job_from_its_last_checkpoint(
     steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
     wait_gone(every_training_process(nodes_stack))
-
-
-def test_a_job_is_placed_on_all_its_nodes_or_waits_and_says_why(
-    nodes_stack: LocalStack, nodes_client: httpx.Client
-) -> None:
-    # One worker is busy with a long one-device job: only one node is free.
-    busy = start_job_on_one_device(nodes_client)
-    wait_until(nodes_client, busy, lambda job: job["steps_completed"] >= 1, timeout_s=600)
-    job_id = start_two_node_job(nodes_client, train_steps=2, checkpoint_every=2)
-    wait_for_event(nodes_client, job_id, "placement_timeout", timeout_s=PLACEMENT_TIMEOUT_S * 10)
-    timeout = next(e for e in events(nodes_client, job_id) if e["kind"] == "placement_timeout")
-    assert "only 1 of 2 workers" in timeout["message"]
-    job = nodes_client.get(f"/v1/jobs/{job_id}").json()
-    assert (job["status"], job["steps_completed"]) == ("queued", 0)  # nothing ran on half
-    # The busy worker frees up: now both nodes are placed and the job runs.
-    assert nodes_client.post(f"/v1/jobs/{busy}/cancel").status_code == 200
-    job = wait_for(nodes_client, job_id, timeout_s=900)
-    assert job["status"] == "succeeded", job.get("failure_reason")
-    assert any(e["kind"] == "placed" for e in events(nodes_client, job_id))
-
-
-def start_job_on_one_device(client: httpx.Client) -> str:
-    request = job_request(client, train_steps=200, checkpoint_every=100, num_devices=1)
-    return str(create_job(client, request)["id"])
 
 
 def test_pause_resume_and_a_live_config_update_work_across_nodes(

@@ -7,7 +7,6 @@ graders.run scores as our own /v1/reward-functions/test for the same samples."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
@@ -15,6 +14,7 @@ import openai
 import pytest
 
 from service.stack import LocalStack
+from tests.held_jobs import held_job, let_go
 from tests.integration.helpers import wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -241,51 +241,27 @@ def test_bad_job_requests_are_openai_errors(client: openai.OpenAI) -> None:
 
 
 def test_pause_then_resume_or_cancel_never_leaves_the_job_stuck(
-    client: openai.OpenAI, tenant: httpx.Client
+    client: openai.OpenAI, tenant_key: str
 ) -> None:
     """OpenAI has no "pausing": a job reads "paused" from the pause on. Code written for OpenAI
-    that resumes (or cancels) it, at once or once it reads paused, is never refused."""
-    training = client.files.create(file=("train.jsonl", jsonl(ROWS)), purpose="fine-tune")
-
-    def start() -> Any:
-        # 8 rows, 2 a step, 4 epochs: 16 steps, enough to pause twice before the end.
-        job = client.fine_tuning.jobs.create(
-            model="rft-tiny",
-            training_file=training.id,
-            method=reinforcement(GRADER, {"n_epochs": 4, "batch_size": 2}),
-        )
-        wait_until(tenant, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
-        return job
-
-    job = start()
-    # Pause, poll until it reads paused, resume: no 409 while the worker is still saving the
-    # checkpoint (the pause is called off), nor after (the job is queued again).
-    assert client.fine_tuning.jobs.pause(job.id).status == "paused"
-    deadline = time.monotonic() + 60
-    while client.fine_tuning.jobs.retrieve(job.id).status != "paused":
-        assert time.monotonic() < deadline, "the job never read paused"
-        time.sleep(0.2)
-    assert client.fine_tuning.jobs.resume(job.id).status in {"running", "queued"}
+    that resumes (or cancels) it, at once or once it reads paused, is never refused. On jobs a
+    stand-in worker holds (tests/held_jobs.py); the whole-job test above pauses a real one."""
+    job_id = held_job(tenant_key)
+    # Pause, and resume before the worker let go: no 409 (the pause is called off).
+    assert client.fine_tuning.jobs.pause(job_id).status == "paused"
+    assert client.fine_tuning.jobs.retrieve(job_id).status == "paused"
+    assert client.fine_tuning.jobs.resume(job_id).status == "running"
 
     # Pause, and resume only once the worker has let go: the job is queued again.
-    wait_until(tenant, job.id, lambda j: j["status"] == "running", timeout_s=300)
-    assert client.fine_tuning.jobs.pause(job.id).status == "paused"
-    wait_until_let_go(tenant, job.id)
-    assert client.fine_tuning.jobs.retrieve(job.id).status == "paused"
-    assert client.fine_tuning.jobs.resume(job.id).status == "queued"
-
-    finished = wait_until(
-        tenant, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
-    )
-    assert finished["status"] == "succeeded", finished["failure_reason"]
-    assert client.fine_tuning.jobs.retrieve(job.id).status == "succeeded"
+    assert client.fine_tuning.jobs.pause(job_id).status == "paused"
+    let_go(job_id)
+    assert client.fine_tuning.jobs.retrieve(job_id).status == "paused"
+    assert client.fine_tuning.jobs.resume(job_id).status == "queued"
+    assert client.fine_tuning.jobs.cancel(job_id).status == "cancelled"
 
     # Pause, then cancel at once: the job ends cancelled.
-    other = start()
-    assert client.fine_tuning.jobs.pause(other.id).status == "paused"
-    assert client.fine_tuning.jobs.cancel(other.id).status == "cancelled"
-    ended = wait_until(
-        tenant, other.id, lambda j: j["status"] in {"succeeded", "failed", "cancelled"}
-    )
-    assert ended["status"] == "cancelled"
-    assert client.fine_tuning.jobs.retrieve(other.id).status == "cancelled"
+    other = held_job(tenant_key)
+    assert client.fine_tuning.jobs.pause(other).status == "paused"
+    assert client.fine_tuning.jobs.cancel(other).status == "cancelled"
+    let_go(other)  # the worker stops after its step: the job stays cancelled
+    assert client.fine_tuning.jobs.retrieve(other).status == "cancelled"

@@ -15,7 +15,14 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import tenant_client
-from tests.integration.helpers import create_job, slow_reward, upload_jsonl, wait_for, wait_until
+from tests.integration.helpers import (
+    all_pages,
+    create_job,
+    slow_reward,
+    upload_jsonl,
+    wait_for,
+    wait_until,
+)
 from tests.integration.test_faults import STEP_S
 from tests.moto_s3 import CREDENTIALS, moto_s3_server
 from tests.tiny import TINY_HYPERPARAMETERS
@@ -37,7 +44,6 @@ def s3_stack() -> Iterator[tuple[LocalStack, str]]:
             "RFT_S3_BUCKET": BUCKET,
             "RFT_S3_ENDPOINT_URL": endpoint,
             "RFT_S3_REGION": "us-east-1",
-            "RFT_WORKER_LEASE_S": "6",
             **CREDENTIALS,
         }
         with LocalStack(state_dir, workers=1, extra_env=env) as stack:
@@ -53,7 +59,11 @@ def _keys() -> dict[str, str]:
 
 
 def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, str]) -> None:
+    """Paused, then resumed with nothing of the job on the worker's disk: the checkpoint comes
+    from the bucket. (A lost worker's job resumes the same way, from the latest checkpoint:
+    tests/integration/test_faults.py.)"""
     stack, endpoint = s3_stack
+    train_steps = 8
     with tenant_client(stack) as client:
         dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
         job = create_job(
@@ -63,22 +73,27 @@ def test_resume_on_a_machine_without_the_checkpoint(s3_stack: tuple[LocalStack, 
                 "reward_functions": {"slow": {"source": slow_reward(STEP_S)}},
                 "hyperparameters": {
                     **TINY_HYPERPARAMETERS,
-                    "train_steps": 14,
+                    "train_steps": train_steps,
                     "num_generations": 4,
                     "checkpoint_every": 4,
                 },
             },
         )
-        wait_until(client, job["id"], lambda j: j["steps_completed"] >= 6)
-        stack.kill_worker(stack.workers[0])
-        # The replacement worker is "another machine": nothing of the job is on its disk.
+        wait_until(client, job["id"], lambda j: j["steps_completed"] >= 2)
+        assert client.post(f"/v1/jobs/{job['id']}/pause").status_code == 200
+        paused = wait_until(client, job["id"], lambda j: j["status"] == "paused")
+        assert paused["steps_completed"] < train_steps
+        # The worker that resumes it is "another machine": nothing of the job is on its disk.
         shutil.rmtree(stack.state_dir / "artifacts" / job["id"], ignore_errors=True)
-        stack.start_worker()
+        assert client.post(f"/v1/jobs/{job['id']}/resume").status_code == 200
 
         job = wait_for(client, job["id"], timeout_s=300)
         assert job["status"] == "succeeded", job["failure_reason"]
         steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
-        assert [s["step"] for s in steps] == list(range(1, 15))
+        assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+        events = all_pages(client, f"/v1/jobs/{job['id']}/events/history")
+        resumed = [e["data"]["checkpoint_step"] for e in events if e["kind"] == "resumed"]
+        assert resumed == [paused["steps_completed"]]
 
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys())
         keys = {

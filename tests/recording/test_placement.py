@@ -87,3 +87,23 @@ def test_a_placement_left_by_workers_that_are_gone_is_replaced_and_said_so(
     assert "placement_timeout" in kinds
     # The gone worker's message was spent: one message is queued again in its place.
     assert sent == [(two_node_job, 1, 1)]
+
+
+def test_node_0_gives_up_a_half_placement_and_says_why(
+    two_node_job: str, sent: list[tuple[object, ...]]
+) -> None:
+    """Only one of two workers was free within the timeout: node 0 abandons the placement
+    (``_wait_until_placed`` calls ``_give_up`` at its deadline), the job stays queued with
+    nothing run on half of it, and node 0's spent message is queued again."""
+    settings = get_settings()
+    seat = placement._join(two_node_job, "w1", settings)
+    assert seat is not None
+    placement._give_up(seat, settings)
+    assert nodes(two_node_job) == []
+    with session_scope() as session:
+        job = session.get(Job, two_node_job)
+        assert job is not None and (job.status, job.steps_completed) == ("queued", 0)
+        events = EventRepository(session).list_events(two_node_job, after_id=0, limit=50)
+    timeout = next(event for event in events if event.kind == "placement_timeout")
+    assert "only 1 of 2 workers" in timeout.message
+    assert sent == [(two_node_job, 1, 1)]

@@ -1,5 +1,5 @@
-"""Pause, resume, checkpoints and adapter downloads through the SDK, sync and async, on a real
-training job."""
+"""Pause, resume, checkpoints and adapter downloads through the SDK, sync and async: pausing
+on a job a stand-in worker holds, downloads from a real (short) training job."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import io
 import json
 import os
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,100 +16,78 @@ import pytest
 import rft
 from rft.resources.adapter_archive import archive_name, save_archive
 from service.stack import LocalStack
-from tests.sdk.job_inputs import SHOUT_SOURCE
-from tests.tiny import TINY_HYPERPARAMETERS
-
-TRAIN_STEPS = 40
-
-
-def paused_events(client: rft.Client, job_id: str) -> int:
-    return sum(event.kind == "paused" for event in client.jobs.events(job_id))
-
-
-def wait_for_pause_checkpoint(client: rft.Client, job_id: str, pauses_before: int) -> int:
-    """The step the worker paused at, once it has saved the checkpoint and let go."""
-    deadline = time.monotonic() + 120
-    while paused_events(client, job_id) <= pauses_before:
-        assert time.monotonic() < deadline, "the worker never confirmed the pause"
-        time.sleep(0.2)
-    job = client.jobs.get(job_id)
-    assert job.status == rft.JobStatus.PAUSED
-    return job.steps_completed
+from tests.held_jobs import held_job, let_go
+from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, SHOUT_SOURCE
 
 
 def adapter_files(directory: Path) -> set[str]:
     return {path.name for path in directory.iterdir()}
 
 
-def test_pause_resume_and_download_adapters(
+def test_pause_and_resume_sync_and_async(stack: LocalStack, api_key: str) -> None:
+    """Against a job a stand-in worker holds (tests/held_jobs.py): what each call returns, and
+    a second pause refused while the first is in progress. That a real worker checkpoints and
+    lets go: tests/integration/test_faults.py."""
+    job_id = held_job(api_key)
+    with rft.Client(api_key=api_key, base_url=stack.base_url) as client:
+        assert client.jobs.pause(job_id).status == rft.JobStatus.PAUSING
+        with pytest.raises(rft.ConflictError):
+            client.jobs.pause(job_id)
+        assert client.jobs.resume(job_id).status == rft.JobStatus.RUNNING  # called off
+
+    async def async_pause_let_go_and_resume() -> tuple[rft.Job, rft.Job, rft.Job]:
+        async with rft.AsyncClient(api_key=api_key, base_url=stack.base_url) as client:
+            pausing = await client.jobs.pause(job_id)
+            await asyncio.to_thread(let_go, job_id)
+            paused = await client.jobs.get(job_id)
+            return pausing, paused, await client.jobs.resume(job_id)
+
+    pausing, paused, resumed = asyncio.run(async_pause_let_go_and_resume())
+    assert pausing.status == rft.JobStatus.PAUSING and paused.status == rft.JobStatus.PAUSED
+    assert resumed.status == rft.JobStatus.QUEUED
+    with rft.Client(api_key=api_key, base_url=stack.base_url) as client:
+        assert client.jobs.cancel(job_id).status == rft.JobStatus.CANCELLED
+
+
+def test_checkpoints_and_adapters_download_sync_and_async(
     stack: LocalStack, api_key: str, rft_client: rft.Client, dataset: rft.Dataset, tmp_path: Path
 ) -> None:
     job = rft_client.jobs.create(
         dataset=dataset,
         reward_functions={"shout": SHOUT_SOURCE},
-        hyperparameters={
-            **TINY_HYPERPARAMETERS,
-            "train_steps": TRAIN_STEPS,
-            "checkpoint_every": 100,
-        },
+        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 2, "checkpoint_every": 1},
     )
-    rft_client.jobs.wait(job.id, until_step=2, timeout=300, poll_interval=0.2)
-
-    # Sync pause: pausing while the worker checkpoints the step it is on, then paused.
-    assert rft_client.jobs.pause(job.id).status == rft.JobStatus.PAUSING
-    with pytest.raises(rft.ConflictError):
-        rft_client.jobs.pause(job.id)
-    paused_at = wait_for_pause_checkpoint(rft_client, job.id, 0)
+    finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
+    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
     checkpoints = rft_client.jobs.checkpoints(job.id)
-    assert paused_at in [checkpoint.step for checkpoint in checkpoints.data]
-    assert checkpoints.final_adapter_path is None
+    assert [checkpoint.step for checkpoint in checkpoints.data] == [1, 2]
+    assert checkpoints.final_adapter_path is not None
 
-    unpacked = rft_client.jobs.download_checkpoint(job.id, paused_at, tmp_path / "sync")
-    assert unpacked == tmp_path / "sync" / f"{job.id}-step-{paused_at}"
+    unpacked = rft_client.jobs.download_checkpoint(job.id, 1, tmp_path / "sync")
+    assert unpacked == tmp_path / "sync" / f"{job.id}-step-1"
     assert {"adapter_config.json", "adapter_model.safetensors"} <= adapter_files(unpacked)
     assert json.loads((unpacked / "adapter_config.json").read_text())["peft_type"] == "LORA"
     assert list((tmp_path / "sync").iterdir()) == [unpacked]  # no partial file left behind
 
-    # Sync resume, then the same through the async client.
-    assert rft_client.jobs.resume(job.id).status in (rft.JobStatus.QUEUED, rft.JobStatus.RUNNING)
-    rft_client.jobs.wait(job.id, until_step=paused_at + 1, timeout=300, poll_interval=0.2)
-
-    async def async_pause_and_download() -> tuple[rft.Job, rft.CheckpointList, Path]:
+    async def async_downloads() -> tuple[rft.CheckpointList, Path, Path]:
         async with rft.AsyncClient(api_key=api_key, base_url=stack.base_url) as client:
-            paused = await client.jobs.pause(job.id)
-            step = await asyncio.to_thread(wait_for_pause_checkpoint, rft_client, job.id, 1)
             listed = await client.jobs.checkpoints(job.id)
             archive = await client.jobs.download_checkpoint(
-                job.id, step, tmp_path / "async", extract=False
+                job.id, 2, tmp_path / "async", extract=False
             )
-            return paused, listed, archive
+            adapter = await client.jobs.download_adapter(job.id, tmp_path / "final-async")
+            return listed, archive, adapter
 
-    paused, listed, archive = asyncio.run(async_pause_and_download())
-    assert paused.status == rft.JobStatus.PAUSING
-    second_pause = max(checkpoint.step for checkpoint in listed.data)
-    assert second_pause > paused_at
-    assert archive == tmp_path / "async" / f"{job.id}-step-{second_pause}.tar.gz"
+    listed, archive, async_adapter = asyncio.run(async_downloads())
+    assert listed == checkpoints
+    assert archive == tmp_path / "async" / f"{job.id}-step-2.tar.gz"
     with tarfile.open(archive) as packed:
-        assert f"{job.id}-step-{second_pause}/adapter_config.json" in packed.getnames()
-
-    async def async_resume() -> rft.Job:
-        async with rft.AsyncClient(api_key=api_key, base_url=stack.base_url) as client:
-            return await client.jobs.resume(job.id)
-
-    assert asyncio.run(async_resume()).status != rft.JobStatus.PAUSED
-    finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
-    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
+        assert f"{job.id}-step-2/adapter_config.json" in packed.getnames()
 
     # The final adapter, both ways.
-    assert rft_client.jobs.checkpoints(job.id).final_adapter_path is not None
     final = rft_client.jobs.download_adapter(job.id, tmp_path / "final")
     assert final.name == f"{job.id}-adapter" and "adapter_config.json" in adapter_files(final)
-
-    async def async_adapter() -> Path:
-        async with rft.AsyncClient(api_key=api_key, base_url=stack.base_url) as client:
-            return await client.jobs.download_adapter(job.id, tmp_path / "final-async")
-
-    assert adapter_files(asyncio.run(async_adapter())) == adapter_files(final)
+    assert adapter_files(async_adapter) == adapter_files(final)
 
 
 def test_a_missing_checkpoint_is_a_404_and_leaves_no_file(

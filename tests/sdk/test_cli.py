@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from rft.cli.files import read_job_spec
 from rft.cli.sparkline import sparkline
 from rft.errors import RFTError
 from service.stack import LocalStack
+from tests.held_jobs import held_job, let_go
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
 
 REWARD_FILE = """
@@ -224,43 +224,30 @@ CHAT_ROWS = [
 ]
 
 
-def wait_for_worker_to_let_go(client: rft.Client, job_id: str) -> None:
-    deadline = time.monotonic() + 120
-    while not any(event.kind == "paused" for event in client.jobs.events(job_id)):
-        assert time.monotonic() < deadline, "the worker never confirmed the pause"
-        time.sleep(0.2)
-
-
-def test_pause_resume_checkpoints_adapters_and_chat_prompts(
+def test_checkpoints_adapters_and_chat_prompts(
     cli: CliRunner, stack: LocalStack, api_key: str, rft_client: rft.Client, tmp_path: Path
 ) -> None:
+    """On a finished job with checkpoints (pausing and resuming: the test above and
+    tests/recording/test_job_lease.py)."""
     dataset = rft_client.datasets.upload(CHAT_ROWS, name="chat")
     job = rft_client.jobs.create(
         dataset=dataset,
         reward_functions={"one": "def one(prompt, completion, example):\n    return 1.0\n"},
-        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 30, "checkpoint_every": 100},
+        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 2, "checkpoint_every": 1},
     )
     # Ids are printed whole even in a narrow terminal: they are what the next command takes.
     narrow = CliRunner(
         env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "60"}
     )
     assert job.id in invoke(narrow, "jobs", "list")
-
-    rft_client.jobs.wait(job.id, until_step=1, timeout=300, poll_interval=0.2)
-    assert f"{job.id} pausing" in invoke(cli, "jobs", "pause", job.id)
-    wait_for_worker_to_let_go(rft_client, job.id)
-    paused_at = rft_client.jobs.get(job.id).steps_completed
-
-    listed = invoke(cli, "checkpoints", "list", job.id)
-    assert f"│ {paused_at} " in listed and "final adapter: not yet" in listed
-    saved = invoke(cli, "checkpoints", "download", job.id, str(paused_at), "-o", str(tmp_path))
-    folder = tmp_path / f"{job.id}-step-{paused_at}"
-    assert f"saved {folder}" in saved and (folder / "adapter_config.json").is_file()
-
-    assert f"{job.id} queued" in invoke(cli, "jobs", "resume", job.id)
     finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
     assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
-    assert "final adapter: ready" in invoke(cli, "checkpoints", "list", job.id)
+
+    listed = invoke(cli, "checkpoints", "list", job.id)
+    assert "│ 1 " in listed and "final adapter: ready" in listed
+    saved = invoke(cli, "checkpoints", "download", job.id, "1", "-o", str(tmp_path))
+    folder = tmp_path / f"{job.id}-step-1"
+    assert f"saved {folder}" in saved and (folder / "adapter_config.json").is_file()
     saved = invoke(cli, "jobs", "download-adapter", job.id, "-o", str(tmp_path), "--archive")
     assert (tmp_path / f"{job.id}-adapter.tar.gz").is_file() and "adapter.tar.gz" in saved
 
@@ -273,3 +260,20 @@ def test_pause_resume_checkpoints_adapters_and_chat_prompts(
 def test_missing_checkpoint_is_one_line(cli: CliRunner, tmp_path: Path) -> None:
     result = cli.invoke(app, ["checkpoints", "download", "job_nope", "3", "-o", str(tmp_path)])
     assert result.exit_code == 1 and "404" in result.output and "Traceback" not in result.output
+
+
+def test_pause_and_resume_say_what_the_worker_does(cli: CliRunner, api_key: str) -> None:
+    """Pausing, then a resume before the worker let go: the pause is called off; once it has
+    let go (paused), a resume queues the job again."""
+    job_id = held_job(api_key)
+    assert f"{job_id} pausing (the worker saves a checkpoint" in invoke(
+        cli, "jobs", "pause", job_id
+    )
+    invoke(cli, "jobs", "pause", job_id, expect_exit=1)  # already pausing: 409
+    called_off = invoke(cli, "jobs", "resume", job_id)
+    assert f"{job_id} running (the pause is called off: training goes on)" in called_off
+    invoke(cli, "jobs", "pause", job_id)
+    let_go(job_id)
+    assert json.loads(invoke(cli, "jobs", "get", job_id))["status"] == "paused"
+    assert invoke(cli, "jobs", "resume", job_id).strip() == f"{job_id} queued"
+    assert f"{job_id} cancelled" in invoke(cli, "jobs", "cancel", job_id)

@@ -23,13 +23,6 @@ LETTER_A = (
     "def letter_a(prompt, completion, example):\n"
     "    return completion.count('a') / max(1, len(completion))\n"
 )
-# A little work per call keeps steps long enough to kill the worker in the middle of a run.
-SLOW_LETTER_A = (
-    "import time\n"
-    "def letter_a(prompts, completions, **kwargs):\n"
-    "    time.sleep(0.3)\n"
-    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
-)
 # What vLLM itself logs when an engine starts (vllm/v1/engine/core.py); transformers never does.
 VLLM_ENGINE_LINE = "Initializing a V1 LLM engine"
 PROMPTS_PER_STEP = TINY_HYPERPARAMETERS["prompts_per_step"]
@@ -147,43 +140,6 @@ def test_cancel_stops_the_job_and_frees_the_worker_for_the_next(
     follow_up = wait_for(vllm_client, follow_up["id"], timeout_s=600)
     assert follow_up["status"] == "succeeded", follow_up["failure_reason"]
     assert_generated_by_vllm(vllm_client, follow_up["id"], vllm_stack)
-
-
-def test_a_killed_worker_is_replaced_and_the_job_resumes_with_vllm(
-    vllm_stack: LocalStack, vllm_client: httpx.Client
-) -> None:
-    train_steps = 12
-    job = create_job(
-        vllm_client,
-        job_body(
-            vllm_client,
-            {"letter_a": {"source": SLOW_LETTER_A}},
-            train_steps=train_steps,
-            checkpoint_every=3,
-        ),
-    )
-    wait_until(vllm_client, job["id"], lambda j: j["steps_completed"] >= 4, timeout_s=600)
-    vllm_stack.kill_worker(vllm_stack.workers[0])
-    killed_at = vllm_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
-    assert killed_at < train_steps
-    vllm_stack.start_worker()
-
-    job = wait_for(vllm_client, job["id"], timeout_s=600)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    steps = vllm_client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
-    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
-    completions = all_pages(vllm_client, f"/v1/jobs/{job['id']}/completions")
-    assert len(completions) == train_steps * PROMPTS_PER_STEP * GENERATIONS
-
-    events = all_pages(vllm_client, f"/v1/jobs/{job['id']}/events/history")
-    kinds = [e["kind"] for e in events]
-    assert "worker_lost" in kinds and "resumed" in kinds
-    resumed = next(e for e in events if e["kind"] == "resumed")
-    assert 3 <= resumed["data"]["checkpoint_step"] <= killed_at
-    # Both workers generated with vLLM: the resumed run too.
-    workers = {e["data"]["worker_id"] for e in generation_events(vllm_client, job["id"])}
-    assert len(workers) == 2
-    assert_generated_by_vllm(vllm_client, job["id"], vllm_stack)
 
 
 def test_validation_generates_with_vllm_too(
