@@ -258,8 +258,8 @@ class LoadedFunction:
             parameters = list(inspect.signature(function).parameters.values())
         except (TypeError, ValueError):
             return
-        # A per-sample function that names `messages` (or takes **kwargs) gets each rollout's
-        # messages in agent jobs.
+        # A per-sample function that names `messages` (or takes **kwargs) gets its sample's
+        # conversation (_sample_extras).
         self.takes_messages = any(
             p.name == "messages" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
         )
@@ -779,11 +779,18 @@ class RewardRunner:
 def _sample_extras(
     loaded: LoadedFunction, batch: dict[str, Any]
 ) -> Callable[[int], dict[str, Any]]:
-    """The keyword arguments of sample i beyond (prompt, completion, example)."""
-    trajectories = batch.get("trajectories")
-    if not trajectories or not loaded.takes_messages:
+    """The keyword arguments of sample i beyond (prompt, completion, example): `messages`
+    for a function that takes them, in every job (the README's f(prompt, completion, example,
+    messages) must run wherever it is scored, pre-flight included)."""
+    if not loaded.takes_messages:
         return lambda index: {}
-    return lambda index: {"messages": trajectories[index]}
+    trajectories = batch.get("trajectories")
+    if trajectories:
+        return lambda index: {"messages": trajectories[index]}
+    # A job without tools: its completion is one assistant turn, as TRL passes a
+    # conversational completion to a batch function.
+    completions = batch["completions"]
+    return lambda index: {"messages": [{"role": "assistant", "content": completions[index]}]}
 
 
 def _batch_arguments(batch: dict[str, Any]) -> dict[str, Any]:

@@ -266,7 +266,13 @@ def _validate(
     _load_agent_code(job, update, agent_code, secrets)
     if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
-        preflight(rows, update.reward_functions, allow_network=job.allow_network, secrets=secrets)
+        preflight(
+            rows,
+            update.reward_functions,
+            allow_network=job.allow_network,
+            secrets=secrets,
+            agent=bool(agent_code.tools or agent_code.environments),
+        )
     return forms, warnings
 
 
@@ -592,6 +598,7 @@ def _rescore_functions(
         )
         for name, f in functions.items()
     ]
+    recorded = [c.trajectory for c in completions if c.trajectory is not None]
     try:
         return score_once(
             specs,
@@ -604,6 +611,8 @@ def _rescore_functions(
             allow_network=job.allow_network,
             secrets=secrets,
             runtime_packages=list(job.runtime_packages or []),
+            # An agent job's rollouts, as its training scored them.
+            trajectories=recorded if len(recorded) == len(completions) else None,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

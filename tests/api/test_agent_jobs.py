@@ -9,10 +9,6 @@ status stays `queued` whatever the training code does with tools.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +18,6 @@ from sqlalchemy.orm import Session
 
 from service.db import to_sqlalchemy_url
 from service.stack import LocalStack
-from tests.conftest import tenant_client
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.step_store import record_step
 from workers.training.step_records import CompletionRecord, FunctionStepMetrics, StepRecord
@@ -60,28 +55,15 @@ WITHOUT_REWARD = COUNTER.split("    def get_reward")[0]
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[tuple[LocalStack, httpx.Client]]:
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-agent-jobs-"))
-    try:
-        with (
-            LocalStack(state_dir, workers=0, extra_env={"RFT_HUB_CHECK": "off"}) as stack,
-            tenant_client(stack) as client,
-        ):
-            yield stack, client
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def dataset_id(api: tuple[LocalStack, httpx.Client]) -> str:
-    _, client = api
+def dataset_id(idle_api: tuple[LocalStack, httpx.Client]) -> str:
+    _, client = idle_api
     rows = "\n".join(json.dumps({"prompt": f"Count to {i}"}) for i in range(4)).encode()
     return str(client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"])
 
 
 @pytest.fixture
-def client(api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
-    return api[1]
+def client(idle_api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
+    return idle_api[1]
 
 
 def agent_job(dataset_id: str, **fields: Any) -> dict[str, Any]:
@@ -245,9 +227,9 @@ def test_a_job_created_without_tools_cannot_gain_them(
 
 
 def test_a_recorded_trajectory_and_agent_metrics_come_back(
-    api: tuple[LocalStack, httpx.Client], dataset_id: str
+    idle_api: tuple[LocalStack, httpx.Client], dataset_id: str
 ) -> None:
-    stack, client = api
+    stack, client = idle_api
     job = create(client, agent_job(dataset_id))
     trajectory = [
         {"role": "assistant", "content": "", "tool_calls": [

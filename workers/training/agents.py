@@ -653,12 +653,6 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def conversational_prompt(prompt: Any) -> Any:
-    """A prompt as agent jobs need it: chat messages (the chat template renders the tools);
-    a text prompt becomes one user message."""
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-
-
 def final_answer(trajectory: Sequence[dict[str, Any]]) -> str:
     """The text of the rollout's last assistant turn: what a per-sample reward scores."""
     for message in reversed(trajectory):
