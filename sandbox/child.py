@@ -867,14 +867,29 @@ def _error(kind: str, error: BaseException, index: int | None) -> dict[str, Any]
 
 
 def _format_user_traceback(error: BaseException) -> str:
-    # Our own frames, and the thread pool's or asyncio's that call the user's function for us,
-    # are noise to the user.
-    trace = error.__traceback__
-    while trace is not None and _is_caller_frame(trace.tb_frame.f_code.co_filename):
-        trace = trace.tb_next
-    if trace is None:  # the error is in our own code: show all of it
-        trace = error.__traceback__
-    text = "".join(traceback.format_exception(type(error), error, trace))
+    """The traceback as the user should read it: only frames of their code (and of what their
+    code called). Our own files' frames go wherever they are (the details name the user's
+    lines only, never /opt/rft/...), and so do the thread pool's or asyncio's that call the
+    user's function for us. An error raised by our code about theirs (a call with missing
+    arguments) keeps its message, without frames."""
+    report = traceback.TracebackException.from_exception(error)
+    seen: set[int] = set()
+    pending = [report]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        frames = list(part.stack)
+        start = 0
+        while start < len(frames) and _is_caller_frame(frames[start].filename):
+            start += 1
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in frames[start:] if frame.filename not in OUR_FILES]
+        )
+        pending += [p for p in (part.__cause__, part.__context__) if p is not None]
+        pending += part.exceptions or []
+    text = "".join(report.format())
     if len(text) > MAX_TRACEBACK_CHARS:
         text = text[: MAX_TRACEBACK_CHARS // 2] + "\n...\n" + text[-MAX_TRACEBACK_CHARS // 2 :]
     return text

@@ -389,3 +389,26 @@ def test_the_api_and_the_worker_judge_agent_code_alike(
     assert bool(from_api) is bool(from_worker) is refused, (from_api, from_worker)
     assert reason in from_api and reason in from_worker
     assert from_worker in from_api  # the API adds which tool or environment it is
+
+
+def test_invalid_agent_code_details_show_the_users_lines_only(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    # Raised by the user's module: their file and line stay, the sandbox's frames go.
+    raising = "import json\n\nSETTINGS = json.loads('{')\n\n\n" + ADD
+    # Raised by the sandbox reading the user's function: the message only.
+    unreadable = ADD + "\n\nadd.__signature__ = 5\n"
+    details = []
+    for source in (raising, unreadable):
+        response = client.post(
+            "/v1/jobs", json=agent_job(dataset_id, tools=[{"name": "add", "source": source}])
+        )
+        assert response.status_code == 400, response.text
+        details.append(response.json()["detail"])
+    assert '"<tool add v1>", line 3, in <module>' in details[0]
+    assert "JSONDecodeError" in details[0]
+    assert "TypeError: unexpected object 5 in __signature__ attribute" in details[1]
+    for detail in details:
+        assert "tool 'add'" in detail
+        assert "agent_child.py" not in detail and "agent_code_rules.py" not in detail
+        assert "/opt/rft" not in detail and "child.py" not in detail

@@ -1,7 +1,7 @@
 """Every reward-function form the README and docs/agents.md show passes the pre-flight, called
 as training calls it: at job creation (jobs with and without tools), at config updates, and
 in ``POST /v1/reward-functions/test``. A function that is really broken is still refused,
-naming the problem.
+naming the problem, and error details show the user's lines only, never the sandbox's files.
 """
 
 from __future__ import annotations
@@ -161,3 +161,41 @@ def test_every_documented_form_scores_in_the_test_endpoint(
         for name, result in response.json()["results"].items():
             assert result["errors"] == [], (name, result["errors"])
             assert None not in result["scores"], (name, result)
+
+
+def test_error_details_show_the_users_lines_only(client: httpx.Client, dataset_id: str) -> None:
+    # Raised in the user's code, through the standard library: their file and line stay.
+    raises = 'import json\n\n\ndef f(prompt, completion, example):\n    return json.loads("{")\n'
+    # Raised by the sandbox calling the user's code (the decorator changed the signature):
+    # only the message, no frames of the sandbox's own files.
+    miscalled = (
+        "def keep_one(function):\n"
+        "    def wrapper(prompt):\n"
+        "        return function(prompt, '', {})\n"
+        "    return wrapper\n\n\n"
+        "@keep_one\n"
+        "def f(prompt, completion, example):\n"
+        "    return 1.0\n"
+    )
+    samples = [{"prompt": "p", "completion": "c"}]
+    tracebacks = []
+    for source in (raises, miscalled):
+        response = client.post(
+            "/v1/reward-functions/test",
+            json={"reward_functions": {"f": {"source": source}}, "samples": samples},
+        )
+        assert response.status_code == 200, response.text
+        tracebacks.append(response.json()["results"]["f"]["errors"][0]["traceback"])
+    assert '"<reward f v1>", line 5, in f' in tracebacks[0]
+    assert "JSONDecodeError" in tracebacks[0]
+    assert tracebacks[1].strip() == (
+        "TypeError: keep_one.<locals>.wrapper() takes 1 positional argument but 3 were given"
+    )
+
+    # A load failure raised by the sandbox about the user's code: the detail is its message.
+    not_a_function = "def f(prompt, completion, example):\n    return 1.0\n\n\nf = 3\n"
+    refused = client.post("/v1/jobs", json=job_body(dataset_id, {"f": not_a_function}, agent=False))
+    assert refused.status_code == 400, refused.text
+    for text in (*tracebacks, refused.json()["detail"]):
+        assert "child.py" not in text and "/opt/rft" not in text and "sandbox/" not in text
+    assert "'f' is not a function after running the source" in refused.json()["detail"]
