@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sandbox.agent_api import EnvironmentSpec, ToolSpec
+from sandbox.agent_api import EnvironmentSpec, ToolSpec, answer_trajectory
 from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from service.agent_code.schemas import EnvironmentConfig, ToolConfig
 from service.agent_code.service import (
@@ -598,7 +598,13 @@ def _rescore_functions(
         )
         for name, f in functions.items()
     ]
-    recorded = [c.trajectory for c in completions if c.trajectory is not None]
+    # An agent job's rollouts, as its training scored them (one without a record: a rollout
+    # that answered at once).
+    trajectories = (
+        [c.trajectory or answer_trajectory(c.completion) for c in completions]
+        if any(c.trajectory is not None for c in completions)
+        else None
+    )
     try:
         return score_once(
             specs,
@@ -611,8 +617,7 @@ def _rescore_functions(
             allow_network=job.allow_network,
             secrets=secrets,
             runtime_packages=list(job.runtime_packages or []),
-            # An agent job's rollouts, as its training scored them.
-            trajectories=recorded if len(recorded) == len(completions) else None,
+            trajectories=trajectories,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

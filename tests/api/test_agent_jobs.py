@@ -279,6 +279,20 @@ def test_a_recorded_trajectory_and_agent_metrics_come_back(
     steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
     assert steps[0]["agent_metrics"] == metrics
 
+    # A dry run re-scores the recorded rollouts: a function reading `messages` sees them.
+    used_tools = (
+        "def used_tools(prompt, completion, example, messages):\n"
+        '    return float(any(m["role"] == "tool" for m in messages))\n'
+    )
+    dry_run = client.put(
+        f"/v1/jobs/{job['id']}/config",
+        params={"dry_run": "true"},
+        json={"reward_functions": {"used_tools": {"source": used_tools}}},
+    )
+    assert dry_run.status_code == 200, dry_run.text
+    rescored = dry_run.json()["completions"]
+    assert [c["new_scores"]["used_tools"] for c in rescored] == [1.0, 0.0]
+
 
 def documented(signature: str, *arguments: str, body: str = "return 0") -> str:
     """A tool whose docstring describes ``arguments`` (an `Args:` line each)."""
