@@ -128,6 +128,19 @@ class RewardOutcome:
     duration_s: float = 0.0
 
 
+def conversational_prompt(prompt: Any) -> Any:
+    """A prompt as agent jobs need it: chat messages (the chat template renders the tools);
+    a text prompt becomes one user message."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+
+def answer_trajectory(completion: str) -> list[dict[str, Any]]:
+    """The trajectory of a rollout that answered at once, without calling a tool, shaped as
+    the worker records one (workers.training.agents.build_trajectory): what reward functions
+    of an agent job get where no rollout ran (the pre-flight)."""
+    return [{"role": "assistant", "content": completion, "truncated": False, "masked_tokens": 0}]
+
+
 class AgentCodeError(ValueError):
     """Tool or environment code that cannot be used at all: it does not parse, fails on import,
     lacks the named function or class, a class without reset, or an annotation the model cannot

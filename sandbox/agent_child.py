@@ -49,10 +49,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 
-def _import_reward_child() -> types.ModuleType:
-    # -I keeps this folder off sys.path; child.py is bound beside this file in the sandbox.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
-    spec = importlib.util.spec_from_file_location("rft_sandbox_child", path)
+def _import_beside(filename: str, module_name: str) -> types.ModuleType:
+    # -I keeps this folder off sys.path; child.py and agent_code_rules.py are bound beside this
+    # file in the sandbox.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+    spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -61,11 +62,13 @@ def _import_reward_child() -> types.ModuleType:
 
 
 if TYPE_CHECKING:
+    from sandbox import agent_code_rules as rules
     from sandbox import child
 else:
-    child = _import_reward_child()
+    child = _import_beside("child.py", "rft_sandbox_child")
+    rules = _import_beside("agent_code_rules.py", "rft_agent_code_rules")
 
-child.OUR_FILES.add(__file__)
+child.OUR_FILES.update((__file__, rules.__file__))
 CallTimeout = child.CallTimeout
 
 # How much later than a coroutine's own limit SIGALRM interrupts it, when it blocks the loop
@@ -81,9 +84,7 @@ ROLLOUT_LOST = (
 STEP_LOG: contextvars.ContextVar[child.BoundedLog] = contextvars.ContextVar("rft_step_log")
 
 
-class AgentCodeProblem(Exception):
-    """Loaded code the model cannot be shown (a positional-only parameter, a default JSON
-    cannot carry); the message names the function."""
+AgentCodeProblem = rules.AgentCodeProblem
 
 
 class RoutedLog(child.BoundedLog):
@@ -98,76 +99,22 @@ class RoutedLog(child.BoundedLog):
         return len(text)
 
 
-def _annotation_text(annotation: Any, module_name: str, where: str) -> str | None:
-    if annotation is inspect.Parameter.empty:
-        return None
-    if isinstance(annotation, str):  # `from __future__ import annotations`: the source text
-        if len(annotation) >= 2 and annotation[0] == annotation[-1] and annotation[0] in "'\"":
-            return annotation[1:-1]  # a quoted annotation under that import: its text
-        return annotation
-    text = inspect.formatannotation(annotation, module_name).replace(f"{module_name}.", "")
-    if " at 0x" in text:
-        raise AgentCodeProblem(f"{where}: the annotation {text} cannot be shown to the model")
-    return text
-
-
-def describe_function(
-    name: str, function: Callable[..., Any], drop_first: bool, module_name: str
-) -> tuple[dict[str, Any], inspect.Signature]:
-    """What the model is shown of `function`, and the signature calls bind against."""
-    signature = inspect.signature(function)
-    parameters = list(signature.parameters.values())
-    if drop_first and parameters:
-        parameters = parameters[1:]  # self, or cls of a classmethod
-    described = []
-    for parameter in parameters:
-        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
-            raise AgentCodeProblem(
-                f"{name}: parameter {parameter.name!r} is positional-only, but the model passes "
-                "arguments by name"
-            )
-        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            continue  # binds whatever else comes, but is nothing the model can be shown
-        has_default = parameter.default is not inspect.Parameter.empty
-        if has_default:
-            try:
-                json.dumps(parameter.default, allow_nan=False)
-            except (TypeError, ValueError):
-                raise AgentCodeProblem(
-                    f"{name}: the default of {parameter.name!r} "
-                    f"({child._short_repr(parameter.default)}) is not JSON-compatible"
-                ) from None
-        described.append(
-            {
-                "name": parameter.name,
-                "annotation": _annotation_text(
-                    parameter.annotation, module_name, f"{name}({parameter.name})"
-                ),
-                "has_default": has_default,
-                "default": parameter.default if has_default else None,
-            }
-        )
-    description = {
-        "name": name,
-        "doc": function.__doc__ or "",
-        "parameters": described,
-        "returns": _annotation_text(signature.return_annotation, module_name, f"{name} return"),
-        "is_async": inspect.iscoroutinefunction(function),
-    }
-    return description, signature.replace(parameters=parameters)
-
-
 class LoadedCallable:
     """A tool, or one method of an environment, ready to be bound and called."""
 
     def __init__(
-        self, name: str, function: Callable[..., Any], drop_first: bool, module_name: str
+        self,
+        name: str,
+        function: Callable[..., Any],
+        drop_first: bool,
+        module_name: str,
+        owner: str,
     ) -> None:
         self.name = name
         self.function = function
         self.is_async = inspect.iscoroutinefunction(function)
-        self.description, self.signature = describe_function(
-            name, function, drop_first, module_name
+        self.description, self.signature = rules.describe_function(
+            name, function, drop_first, module_name, owner=owner
         )
 
 
@@ -175,35 +122,16 @@ class LoadedEnvironment:
     def __init__(self, name: str, cls: type, module_name: str) -> None:
         self.name = name
         self.cls = cls
-        reset = getattr(cls, "reset", None)
-        if not callable(reset):
-            raise AgentCodeProblem(f"class {cls.__name__} has no reset method")
+        self.methods = {
+            attribute: LoadedCallable(
+                f"{cls.__name__}.{attribute}", function, drop_first, module_name, name
+            )
+            for attribute, function, drop_first in rules.environment_methods(cls, name)
+        }
+        reset = cls.reset  # type: ignore[attr-defined]  # environment_methods checked it
         self.reset_keywords = _named_keywords(reset)
         self.reset_is_async = inspect.iscoroutinefunction(reset)
-        get_reward = getattr(cls, "get_reward", None)
-        self.has_reward = callable(get_reward)
-        self.methods: dict[str, LoadedCallable] = {}
-        for klass in cls.__mro__:
-            if klass is object:
-                continue
-            for attribute, raw in vars(klass).items():
-                if (
-                    attribute.startswith("_")
-                    or attribute in ("reset", "get_reward")
-                    or attribute in self.methods
-                ):
-                    continue
-                if isinstance(raw, staticmethod):
-                    function, drop_first = raw.__func__, False
-                elif isinstance(raw, classmethod):
-                    function, drop_first = raw.__func__, True
-                elif inspect.isfunction(raw):
-                    function, drop_first = raw, True
-                else:
-                    continue  # attributes and properties are no tools
-                self.methods[attribute] = LoadedCallable(
-                    f"{cls.__name__}.{attribute}", function, drop_first, module_name
-                )
+        self.has_reward = callable(getattr(cls, "get_reward", None))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -463,7 +391,7 @@ class AgentRunner:
                 except CallTimeout:
                     errors[name] = f"loading took longer than {timeout_s:g} s"
                 except AgentCodeProblem as problem:
-                    errors[name] = str(problem)
+                    errors[name] = problem.message
                 except BaseException as error:
                     errors[name] = child._format_user_traceback(error)
                 finally:
@@ -496,14 +424,18 @@ class AgentRunner:
         module = self._run_source("tool", spec)
         function = module.__dict__.get(spec["name"])
         if not inspect.isfunction(function):
-            raise AgentCodeProblem(f"the source defines no function named {spec['name']!r}")
-        return LoadedCallable(spec["name"], function, False, module.__name__)
+            raise AgentCodeProblem(
+                spec["name"], f"the source defines no function named {spec['name']!r}"
+            )
+        return LoadedCallable(spec["name"], function, False, module.__name__, spec["name"])
 
     def _load_environment(self, spec: dict[str, Any]) -> LoadedEnvironment:
         module = self._run_source("environment", spec)
         cls = module.__dict__.get(spec["class_name"])
         if not inspect.isclass(cls):
-            raise AgentCodeProblem(f"the source defines no class named {spec['class_name']!r}")
+            raise AgentCodeProblem(
+                spec["name"], f"the source defines no class named {spec['class_name']!r}"
+            )
         return LoadedEnvironment(spec["name"], cls, module.__name__)
 
     # -- steps ----------------------------------------------------------------------------

@@ -57,6 +57,8 @@ class ScoringBatch:
     # Agent jobs: each rollout's messages (assistant turns, tool calls and results). A batch
     # function gets them as its completions (TRL's conversational form); a per-sample function
     # gets them as ``messages`` when it takes that argument; ``completions`` is the final answer.
+    # None (jobs without tools): such a function's ``messages`` is its completion as one
+    # assistant turn.
     trajectories: list[list[dict[str, Any]]] | None = None
 
 

@@ -258,8 +258,8 @@ class LoadedFunction:
             parameters = list(inspect.signature(function).parameters.values())
         except (TypeError, ValueError):
             return
-        # A per-sample function that names `messages` (or takes **kwargs) gets each rollout's
-        # messages in agent jobs.
+        # A per-sample function that names `messages` (or takes **kwargs) gets its sample's
+        # conversation (_sample_extras).
         self.takes_messages = any(
             p.name == "messages" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
         )
@@ -779,11 +779,18 @@ class RewardRunner:
 def _sample_extras(
     loaded: LoadedFunction, batch: dict[str, Any]
 ) -> Callable[[int], dict[str, Any]]:
-    """The keyword arguments of sample i beyond (prompt, completion, example)."""
-    trajectories = batch.get("trajectories")
-    if not trajectories or not loaded.takes_messages:
+    """The keyword arguments of sample i beyond (prompt, completion, example): `messages`
+    for a function that takes them, in every job (the README's f(prompt, completion, example,
+    messages) must run wherever it is scored, pre-flight included)."""
+    if not loaded.takes_messages:
         return lambda index: {}
-    return lambda index: {"messages": trajectories[index]}
+    trajectories = batch.get("trajectories")
+    if trajectories:
+        return lambda index: {"messages": trajectories[index]}
+    # A job without tools: its completion is one assistant turn, as TRL passes a
+    # conversational completion to a batch function.
+    completions = batch["completions"]
+    return lambda index: {"messages": [{"role": "assistant", "content": completions[index]}]}
 
 
 def _batch_arguments(batch: dict[str, Any]) -> dict[str, Any]:
@@ -860,14 +867,29 @@ def _error(kind: str, error: BaseException, index: int | None) -> dict[str, Any]
 
 
 def _format_user_traceback(error: BaseException) -> str:
-    # Our own frames, and the thread pool's or asyncio's that call the user's function for us,
-    # are noise to the user.
-    trace = error.__traceback__
-    while trace is not None and _is_caller_frame(trace.tb_frame.f_code.co_filename):
-        trace = trace.tb_next
-    if trace is None:  # the error is in our own code: show all of it
-        trace = error.__traceback__
-    text = "".join(traceback.format_exception(type(error), error, trace))
+    """The traceback as the user should read it: only frames of their code (and of what their
+    code called). Our own files' frames go wherever they are (the details name the user's
+    lines only, never /opt/rft/...), and so do the thread pool's or asyncio's that call the
+    user's function for us. An error raised by our code about theirs (a call with missing
+    arguments) keeps its message, without frames."""
+    report = traceback.TracebackException.from_exception(error)
+    seen: set[int] = set()
+    pending = [report]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        frames = list(part.stack)
+        start = 0
+        while start < len(frames) and _is_caller_frame(frames[start].filename):
+            start += 1
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in frames[start:] if frame.filename not in OUR_FILES]
+        )
+        pending += [p for p in (part.__cause__, part.__context__) if p is not None]
+        pending += part.exceptions or []
+    text = "".join(report.format())
     if len(text) > MAX_TRACEBACK_CHARS:
         text = text[: MAX_TRACEBACK_CHARS // 2] + "\n...\n" + text[-MAX_TRACEBACK_CHARS // 2 :]
     return text

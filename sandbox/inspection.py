@@ -14,14 +14,14 @@ from sandbox.api import RewardCodeError, RewardForm
 # The dataset-batch parameter names TRL passes first; a function that starts with one of them
 # is a batch function whatever else it declares.
 BATCH_FIRST_PARAMETERS = frozenset({"prompts", "completions"})
-# f(prompt, completion, example, messages): a per-sample function of an agent job that reads the
-# whole rollout (workers pass it as a keyword).
+# f(prompt, completion, example, messages): a per-sample function that reads its sample's
+# conversation (the reward child passes it as a keyword, in every job).
 SAMPLE_MESSAGES_PARAMETER = "messages"
 
 ACCEPTED_SIGNATURES = (
     "a reward function must have one of two signatures: "
-    "f(prompt, completion, example) -> float, called once per sample (agent jobs may add a "
-    "`messages` parameter: the rollout's conversation), or "
+    "f(prompt, completion, example) -> float, called once per sample (it may add a "
+    "`messages` parameter: the sample's conversation), or "
     "f(prompts, completions, **kwargs) -> list[float], called once per batch"
 )
 
@@ -99,8 +99,8 @@ def _decide_form(name: str, function: ast.FunctionDef | ast.AsyncFunctionDef) ->
     if positional and positional[0].arg in BATCH_FIRST_PARAMETERS:
         return RewardForm.BATCH
 
-    # Agent jobs pass a per-sample function its rollout's `messages` when it names them, so a
-    # fourth parameter of that name is not required positionally.
+    # A per-sample function gets its sample's `messages` when it names them, so a fourth
+    # parameter of that name is not required positionally.
     required_positional = len(positional) - len(arguments.defaults)
     if len(positional) == 4 and positional[3].arg == SAMPLE_MESSAGES_PARAMETER:
         positional = positional[:3]

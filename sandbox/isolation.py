@@ -58,6 +58,9 @@ from sandbox.seccomp import SeccompUnsupportedError, filter_for_this_machine
 from sandbox.settings import SandboxSettings
 
 CHILD_PROGRAM = Path(__file__).with_name("child.py")
+# Modules a child program loads by path from beside itself (the agent child's rules for what
+# tool code may be): bound next to it inside the sandbox.
+CHILD_MODULES = (Path(__file__).with_name("agent_code_rules.py"),)
 INSIDE_PYTHON_PREFIX = "/opt/python"
 INSIDE_CHILD_PROGRAM = "/opt/rft/child.py"
 INSIDE_PACKAGES = "/opt/rft/packages"
@@ -268,6 +271,8 @@ def _plan_bwrap(
     if child_program != CHILD_PROGRAM:
         inside_program = f"{os.path.dirname(INSIDE_CHILD_PROGRAM)}/{child_program.name}"
         argv += ["--ro-bind", str(child_program), inside_program]
+    for module in CHILD_MODULES:
+        argv += ["--ro-bind", str(module), f"{os.path.dirname(INSIDE_CHILD_PROGRAM)}/{module.name}"]
     python_paths = []
     for index, path in enumerate(settings.extra_python_paths):
         if as_root and path.stat().st_mode & 0o005 != 0o005:

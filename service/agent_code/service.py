@@ -15,6 +15,7 @@ from sandbox.agent_api import (
     LoadedAgentCode,
     ToolSpec,
 )
+from sandbox.agent_code_rules import AgentCodeProblem, check_loaded_code
 from sandbox.agent_host import create_agent_sandbox
 from service.agent_code.schemas import EnvironmentCreate
 from service.errors import InvalidAgentCode
@@ -72,7 +73,10 @@ def load_agent_code(
     sandbox = create_agent_sandbox(config, AgentLimits(tool_timeout_s=tool_timeout_s))
     try:
         loaded = sandbox.load(tools, environments)
-    except AgentCodeError as error:
+        # The rules the worker loads this code by (sandbox.agent_code_rules): refused here,
+        # it never becomes a job that fails on its worker.
+        check_loaded_code(loaded)
+    except (AgentCodeError, AgentCodeProblem) as error:
         raise InvalidAgentCode(
             f"{_what(error.name, tools, environments)}: "
             f"{hide_server_paths(error.message, settings)}"

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sandbox.agent_api import EnvironmentSpec, ToolSpec
+from sandbox.agent_api import EnvironmentSpec, ToolSpec, answer_trajectory
 from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from service.agent_code.schemas import EnvironmentConfig, ToolConfig
 from service.agent_code.service import (
@@ -266,7 +266,13 @@ def _validate(
     _load_agent_code(job, update, agent_code, secrets)
     if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
-        preflight(rows, update.reward_functions, allow_network=job.allow_network, secrets=secrets)
+        preflight(
+            rows,
+            update.reward_functions,
+            allow_network=job.allow_network,
+            secrets=secrets,
+            agent=bool(agent_code.tools or agent_code.environments),
+        )
     return forms, warnings
 
 
@@ -592,6 +598,13 @@ def _rescore_functions(
         )
         for name, f in functions.items()
     ]
+    # An agent job's rollouts, as its training scored them (one without a record: a rollout
+    # that answered at once).
+    trajectories = (
+        [c.trajectory or answer_trajectory(c.completion) for c in completions]
+        if any(c.trajectory is not None for c in completions)
+        else None
+    )
     try:
         return score_once(
             specs,
@@ -604,6 +617,7 @@ def _rescore_functions(
             allow_network=job.allow_network,
             secrets=secrets,
             runtime_packages=list(job.runtime_packages or []),
+            trajectories=trajectories,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

@@ -96,6 +96,7 @@ def create_job(
             payload.reward_functions,
             allow_network=payload.allow_network,
             secrets=payload.secrets,
+            agent=bool(tools or environments),
         )
     prompts_per_step = payload.hyperparameters.prompts_per_step
     if payload.method == "grpo" and dataset.row_count < prompts_per_step:

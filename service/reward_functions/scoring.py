@@ -49,8 +49,11 @@ def score_once(
     secrets: dict[str, str] | None = None,
     runtime_packages: Sequence[str] = (),
     settings: Settings | None = None,
+    trajectories: list[list[dict[str, Any]]] | None = None,
 ) -> dict[str, FunctionResult]:
     """Load ``functions`` into a fresh sandbox, score one batch, stop the sandbox.
+
+    ``trajectories``: an agent job's rollouts, passed as training passes them (ScoringBatch).
 
     ``runtime_packages`` are installed first (api_runtime_packages), as for a job. Raises
     RewardCodeError when a function cannot load, RuntimePackagesFailed (400) when a package
@@ -63,5 +66,10 @@ def score_once(
     with ProcessSandbox(config) as sandbox:
         sandbox.load(functions)
         return sandbox.score(
-            ScoringBatch(prompts=prompts, completions=completions, examples=examples)
+            ScoringBatch(
+                prompts=prompts,
+                completions=completions,
+                examples=examples,
+                trajectories=trajectories,
+            )
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from sandbox.agent_api import answer_trajectory, conversational_prompt
 from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from sandbox.inspection import inspect_reward_source
 from service.base_models.reward_models import check_reward_model
@@ -80,19 +81,22 @@ def _run(
     secrets: dict[str, str],
     runtime_packages: list[str] | None = None,
     settings: Settings | None = None,
+    agent: bool = False,
 ) -> dict[str, FunctionResult]:
     """Score in a sandbox functions that passed check_reward_functions (its errors are
-    cheaper and clearer than a load failure)."""
+    cheaper and clearer than a load failure). ``agent``: as an agent job's training scores
+    them (chat prompts, each completion a rollout's trajectory)."""
     try:
         return score_once(
             _specs(functions),
-            [s.prompt for s in samples],
+            [conversational_prompt(s.prompt) if agent else s.prompt for s in samples],
             [s.completion for s in samples],
             [{"prompt": s.prompt, **s.example} for s in samples],
             allow_network=allow_network,
             secrets=secrets,
             runtime_packages=runtime_packages or (),
             settings=settings,
+            trajectories=[answer_trajectory(s.completion) for s in samples] if agent else None,
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None
@@ -191,11 +195,15 @@ def preflight(
     *,
     allow_network: bool,
     secrets: dict[str, str],
+    agent: bool = False,
 ) -> None:
     """Reject (400, naming the function) functions, already statically checked, that cannot
     run at all: they fail to load, or fail on every pre-flight sample. Failing on some
     samples is the user's business: those samples get no score in training, and the error
-    is recorded. Reward models among ``entries`` are not run here (check_reward_models)."""
+    is recorded. Reward models among ``entries`` are not run here (check_reward_models).
+
+    The functions are called as training will call them: ``agent`` (a job with tools or
+    environments) gives each sample a trajectory, of a rollout that answered at once."""
     functions = code_entries(entries)
     if not functions:
         return
@@ -209,7 +217,14 @@ def preflight(
     settings = get_settings()
     deadline = min(settings.reward_call_timeout_s, settings.reward_preflight_timeout_s)
     quick = settings.model_copy(update={"reward_call_timeout_s": deadline})
-    results = _run(functions, samples, allow_network=allow_network, secrets=secrets, settings=quick)
+    results = _run(
+        functions,
+        samples,
+        allow_network=allow_network,
+        secrets=secrets,
+        settings=quick,
+        agent=agent,
+    )
     for name, result in results.items():
         if result.errors and result.failed_samples == len(samples):
             first = result.errors[0]

@@ -9,10 +9,6 @@ status stays `queued` whatever the training code does with tools.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +18,6 @@ from sqlalchemy.orm import Session
 
 from service.db import to_sqlalchemy_url
 from service.stack import LocalStack
-from tests.conftest import tenant_client
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.step_store import record_step
 from workers.training.step_records import CompletionRecord, FunctionStepMetrics, StepRecord
@@ -60,28 +55,15 @@ WITHOUT_REWARD = COUNTER.split("    def get_reward")[0]
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[tuple[LocalStack, httpx.Client]]:
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-agent-jobs-"))
-    try:
-        with (
-            LocalStack(state_dir, workers=0, extra_env={"RFT_HUB_CHECK": "off"}) as stack,
-            tenant_client(stack) as client,
-        ):
-            yield stack, client
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def dataset_id(api: tuple[LocalStack, httpx.Client]) -> str:
-    _, client = api
+def dataset_id(idle_api: tuple[LocalStack, httpx.Client]) -> str:
+    _, client = idle_api
     rows = "\n".join(json.dumps({"prompt": f"Count to {i}"}) for i in range(4)).encode()
     return str(client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"])
 
 
 @pytest.fixture
-def client(api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
-    return api[1]
+def client(idle_api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
+    return idle_api[1]
 
 
 def agent_job(dataset_id: str, **fields: Any) -> dict[str, Any]:
@@ -245,9 +227,9 @@ def test_a_job_created_without_tools_cannot_gain_them(
 
 
 def test_a_recorded_trajectory_and_agent_metrics_come_back(
-    api: tuple[LocalStack, httpx.Client], dataset_id: str
+    idle_api: tuple[LocalStack, httpx.Client], dataset_id: str
 ) -> None:
-    stack, client = api
+    stack, client = idle_api
     job = create(client, agent_job(dataset_id))
     trajectory = [
         {"role": "assistant", "content": "", "tool_calls": [
@@ -296,3 +278,151 @@ def test_a_recorded_trajectory_and_agent_metrics_come_back(
     assert [c["trajectory"] for c in completions] == [trajectory, None]
     steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
     assert steps[0]["agent_metrics"] == metrics
+
+    # A dry run re-scores the recorded rollouts: a function reading `messages` sees them.
+    used_tools = (
+        "def used_tools(prompt, completion, example, messages):\n"
+        '    return float(any(m["role"] == "tool" for m in messages))\n'
+    )
+    dry_run = client.put(
+        f"/v1/jobs/{job['id']}/config",
+        params={"dry_run": "true"},
+        json={"reward_functions": {"used_tools": {"source": used_tools}}},
+    )
+    assert dry_run.status_code == 200, dry_run.text
+    rescored = dry_run.json()["completions"]
+    assert [c["new_scores"]["used_tools"] for c in rescored] == [1.0, 0.0]
+
+
+def documented(signature: str, *arguments: str, body: str = "return 0") -> str:
+    """A tool whose docstring describes ``arguments`` (an `Args:` line each)."""
+    lines = "".join(f"        {argument}: The {argument}.\n" for argument in arguments)
+    return f'def {signature}:\n    """A tool.\n\n    Args:\n{lines}    """\n    {body}\n'
+
+
+def environment_with(method: str) -> str:
+    """An environment class whose one tool is ``method`` (source indented as a method)."""
+    indented = "".join(f"    {line}\n" if line else "\n" for line in method.splitlines())
+    return f"class Box:\n    def reset(self, **row):\n        return None\n\n{indented}"
+
+
+# The same table goes to the API (a 400 at job creation, or a job) and to the worker's loader:
+# (tool source or None, environment source or None, refused, what the refusal says).
+VALIDATION_CASES = {
+    "a valid tool": (documented("f(x: int, y: str = 'a') -> int", "x", "y"), None, False, ""),
+    "no type hints": (documented("f(x)", "x"), None, True, "every parameter needs a type hint"),
+    "*args and **kwargs beside typed parameters": (
+        documented("f(x: int, *rest, **more) -> int", "x"),
+        None,
+        False,
+        "",
+    ),
+    "no docstring": ("def f(x: int) -> int:\n    return x\n", None, True, "needs a docstring"),
+    "a parameter missing from Args": (
+        documented("f(x: int, y: int)", "x"),
+        None,
+        True,
+        "no description of 'y'",
+    ),
+    "a default JSON cannot carry": (
+        documented("f(x: float = float('nan'))", "x"),
+        None,
+        True,
+        "not JSON-compatible",
+    ),
+    "a hint no schema describes": (
+        "from pathlib import Path\n\n\n" + documented("f(x: Path)", "x"),
+        None,
+        True,
+        "cannot be shown to the model",
+    ),
+    "a tuple of one element": (documented("f(x: tuple[int])", "x"), None, True, "tuple of one"),
+    "a positional-only parameter": (documented("f(x: int, /)", "x"), None, True, "positional"),
+    "an environment with reset and a documented tool": (
+        None,
+        environment_with(documented("put(self, item: str) -> str", "item")),
+        False,
+        "",
+    ),
+    "an environment without reset": (
+        None,
+        "class Box:\n    pass\n",
+        True,
+        "no reset",
+    ),
+    "an environment tool without type hints": (
+        None,
+        environment_with(documented("put(self, item)", "item")),
+        True,
+        "Box.put(item): every parameter needs a type hint",
+    ),
+}
+
+
+def api_verdict(client: httpx.Client, dataset_id: str, tool: str | None, env: str | None) -> str:
+    """'' for code the API takes, else the 400's detail."""
+    body = agent_job(dataset_id, tools=[{"name": "f", "source": tool}] if tool else [])
+    body["environment"] = {"source": env or COUNTER, "class_name": "Box" if env else "Counter"}
+    response = client.post("/v1/jobs", json=body)
+    if response.status_code == 201:
+        return ""
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "InvalidAgentCode"
+    return str(response.json()["detail"])
+
+
+def worker_verdict(tool: str | None, env: str | None) -> str:
+    """'' for code the worker's loader takes, else its AgentCodeError's message."""
+    from sandbox.agent_api import AgentCodeError, AgentLimits, EnvironmentSpec, ToolSpec
+    from sandbox.agent_host import create_agent_sandbox
+    from service.settings import get_settings, sandbox_settings
+    from workers.training.agents import AgentSession
+
+    tools = [ToolSpec(name="f", source=tool)] if tool else []
+    environments = [
+        EnvironmentSpec(name="Box", source=env, class_name="Box")
+        if env
+        else EnvironmentSpec(name="Counter", source=COUNTER, class_name="Counter")
+    ]
+    settings = sandbox_settings(get_settings(), allow_network=False, secrets={})
+    with create_agent_sandbox(settings, AgentLimits(tool_timeout_s=5)) as sandbox:
+        try:
+            AgentSession(sandbox, rows=[], index_column="index").load(tools, environments)
+        except AgentCodeError as error:
+            return error.message
+    return ""
+
+
+@pytest.mark.parametrize("case", list(VALIDATION_CASES))
+def test_the_api_and_the_worker_judge_agent_code_alike(
+    client: httpx.Client, dataset_id: str, case: str
+) -> None:
+    tool, env, refused, reason = VALIDATION_CASES[case]
+    from_api = api_verdict(client, dataset_id, tool, env)
+    from_worker = worker_verdict(tool, env)
+    assert bool(from_api) is bool(from_worker) is refused, (from_api, from_worker)
+    assert reason in from_api and reason in from_worker
+    assert from_worker in from_api  # the API adds which tool or environment it is
+
+
+def test_invalid_agent_code_details_show_the_users_lines_only(
+    client: httpx.Client, dataset_id: str
+) -> None:
+    # Raised by the user's module: their file and line stay, the sandbox's frames go.
+    raising = "import json\n\nSETTINGS = json.loads('{')\n\n\n" + ADD
+    # Raised by the sandbox reading the user's function: the message only.
+    unreadable = ADD + "\n\nadd.__signature__ = 5\n"
+    details = []
+    for source in (raising, unreadable):
+        response = client.post(
+            "/v1/jobs", json=agent_job(dataset_id, tools=[{"name": "add", "source": source}])
+        )
+        assert response.status_code == 400, response.text
+        details.append(response.json()["detail"])
+    assert '"<tool add v1>", line 3, in <module>' in details[0]
+    assert "JSONDecodeError" in details[0]
+    assert "TypeError: unexpected object 5 in __signature__ attribute" in details[1]
+    for detail in details:
+        assert "tool 'add'" in detail
+        assert "agent_child.py" not in detail and "agent_code_rules.py" not in detail
+        assert "/opt/rft" not in detail and "child.py" not in detail

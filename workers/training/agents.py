@@ -19,12 +19,10 @@ Two things TRL does not do, done here:
 
 from __future__ import annotations
 
-import ast
 import collections
 import inspect
 import json
 import logging
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,29 +40,11 @@ from sandbox.agent_api import (
     ToolSignature,
     ToolSpec,
 )
+from sandbox.agent_code_rules import AgentCodeProblem, annotation_type, check_loaded_code
 from sandbox.api import FunctionResult, RewardError, RewardErrorKind
 
 logger = logging.getLogger(__name__)
 
-# Names an annotation may use: what a tool schema can describe (transformers' get_json_schema
-# maps these to JSON types). Anything else is refused when the code is loaded.
-_ANNOTATION_NAMES: dict[str, Any] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "list": list,
-    "dict": dict,
-    "tuple": tuple,
-    "None": None,
-    "Any": typing.Any,
-    "Optional": typing.Optional,
-    "Union": typing.Union,
-    "Literal": typing.Literal,
-    "List": list,
-    "Dict": dict,
-    "Tuple": tuple,
-}
 # Text of a tool message whose call failed, as TRL itself words failures ({"error": str(e)}).
 ERROR_KEY = "error"
 
@@ -72,64 +52,6 @@ ERROR_KEY = "error"
 class ToolCallFailed(Exception):
     """Raised by a stand-in for a call that failed: TRL turns it into the tool message
     ``{"error": message}`` for the model, counts it as a failure and goes on."""
-
-
-def annotation_type(text: str | None, *, where: str) -> Any:
-    """The type an annotation's source text names, from a closed set of names: the trainer
-    never evaluates user text beyond them. AgentCodeError names ``where`` otherwise."""
-    if text is None:
-        raise AgentCodeError(where, "every parameter needs a type hint (the model is shown it)")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        raise AgentCodeError(where, f"cannot read the type hint {text!r}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            continue  # typing.Optional: only its last name is looked up (below)
-        if isinstance(node, ast.Name) and node.id not in _ANNOTATION_NAMES:
-            allowed = ", ".join(sorted(_ANNOTATION_NAMES))
-            raise AgentCodeError(
-                where, f"type hint {text!r}: {node.id!r} cannot be shown to the model ({allowed})"
-            )
-        if not isinstance(
-            node,
-            ast.Expression
-            | ast.Name
-            | ast.Subscript
-            | ast.Tuple
-            | ast.BinOp
-            | ast.BitOr
-            | ast.Constant
-            | ast.Load,
-        ):
-            raise AgentCodeError(where, f"cannot read the type hint {text!r}")
-    return _evaluate(tree.body, where=where, text=text)
-
-
-def _evaluate(node: ast.expr, *, where: str, text: str) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return _ANNOTATION_NAMES[node.id]
-    if isinstance(node, ast.Attribute):
-        if node.attr not in _ANNOTATION_NAMES:
-            raise AgentCodeError(where, f"type hint {text!r}: {node.attr!r} is not supported")
-        return _ANNOTATION_NAMES[node.attr]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        left = _evaluate(node.left, where=where, text=text)
-        right = _evaluate(node.right, where=where, text=text)
-        return typing.Union[left, right]  # noqa: UP007 - built from values, not syntax
-    if isinstance(node, ast.Subscript):
-        base = _evaluate(node.value, where=where, text=text)
-        if isinstance(node.slice, ast.Tuple):
-            arguments = tuple(_evaluate(e, where=where, text=text) for e in node.slice.elts)
-        else:
-            arguments = (_evaluate(node.slice, where=where, text=text),)
-        try:
-            return base[arguments if len(arguments) > 1 else arguments[0]]
-        except TypeError as error:
-            raise AgentCodeError(where, f"type hint {text!r}: {error}") from None
-    raise AgentCodeError(where, f"cannot read the type hint {text!r}")
 
 
 def _python_signature(tool: ToolSignature, *, method: bool, where: str) -> inspect.Signature:
@@ -143,7 +65,7 @@ def _python_signature(tool: ToolSignature, *, method: bool, where: str) -> inspe
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
                 default=parameter.default if parameter.has_default else inspect.Parameter.empty,
                 annotation=annotation_type(
-                    parameter.annotation, where=f"{where}({parameter.name})"
+                    parameter.annotation, owner=where, where=f"{where}({parameter.name})"
                 ),
             )
         )
@@ -152,8 +74,8 @@ def _python_signature(tool: ToolSignature, *, method: bool, where: str) -> inspe
         # Shown to the model too (the schema's "return"); one it cannot show is left out, as
         # transformers leaves out a return hint it cannot convert.
         try:
-            returns = annotation_type(tool.returns, where=f"{where} -> {tool.returns}")
-        except AgentCodeError:
+            returns = annotation_type(tool.returns, owner=where, where=f"{where} return")
+        except AgentCodeProblem:
             returns = inspect.Signature.empty
     return inspect.Signature(parameters, return_annotation=returns)
 
@@ -189,8 +111,9 @@ def _standin(
     try:
         from transformers.utils import get_json_schema
 
-        # What TRL does with it when it renders the prompt: a docstring without an Args entry
-        # for a parameter fails there, mid-step; here it fails the load, naming the tool.
+        # What TRL does with it when it renders the prompt. check_loaded_code holds the same
+        # rules (so the API refuses what would fail here); this is the guard should the
+        # installed transformers read tools more strictly than they do.
         get_json_schema(standin)
     except Exception as error:
         raise AgentCodeError(where, f"cannot describe this tool to the model: {error}") from None
@@ -292,6 +215,11 @@ class AgentSession:
         """Load this code in the sandbox and build its stand-ins; AgentCodeError (and the
         previous code stays in force) if any of it cannot be used."""
         code = self.sandbox.load(tools, environments)
+        try:
+            # The rules the API checked this code by at creation (sandbox.agent_code_rules).
+            check_loaded_code(code)
+        except AgentCodeProblem as problem:
+            raise AgentCodeError(problem.name, problem.message) from None
         standalone = [
             _standin(
                 signature, self._tool_forwarder(signature.name), method=False, where=signature.name
@@ -651,12 +579,6 @@ def _text(content: Any) -> str:
             part.get("text", "") if isinstance(part, dict) else str(part) for part in content
         )
     return "" if content is None else str(content)
-
-
-def conversational_prompt(prompt: Any) -> Any:
-    """A prompt as agent jobs need it: chat messages (the chat template renders the tools);
-    a text prompt becomes one user message."""
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
 
 def final_answer(trajectory: Sequence[dict[str, Any]]) -> str:

@@ -22,9 +22,10 @@ import torch
 from accelerate.utils import is_peft_model
 from trl.models import unwrap_model_for_generation
 
+from sandbox.agent_api import conversational_prompt
 from sandbox.api import FunctionResult
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.agents import agent_metrics, conversational_prompt
+from workers.training.agents import agent_metrics
 from workers.training.engines import FSDP_ENGINE
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.ranks import RankGroup

@@ -21,12 +21,12 @@ from transformers import (
 )
 from trl import GRPOConfig
 
-from sandbox.agent_api import AgentSandbox
+from sandbox.agent_api import AgentSandbox, conversational_prompt
 from sandbox.api import RewardSandbox
 from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training import kept_engine, model_options
-from workers.training.agents import AgentSession, conversational_prompt
+from workers.training.agents import AgentSession
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
