@@ -951,7 +951,14 @@ SINGLE_THREADED_LIBRARIES = dict.fromkeys(THREAD_COUNT_VARIABLES, "1")
 
 # Every name HTTP clients read a proxy from (httpx, requests and urllib read both cases;
 # ALL_PROXY covers clients that know no per-scheme variable).
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
 FORWARD_CHUNK = 64 * 1024
 # Bytes queued towards one side before the other side stops being read (backpressure).
 FORWARD_BUFFER = 256 * 1024

@@ -364,9 +364,7 @@ class EgressProxy:
                 addresses = self.policy.check(request.host, request.port)
             except EgressRefused as refusal:
                 self.counters.refused += 1
-                logger.warning(
-                    "egress refused: %s:%s: %s", request.host, request.port, refusal
-                )
+                logger.warning("egress refused: %s:%s: %s", request.host, request.port, refusal)
                 _answer(client, 403, f"refused by the egress policy: {refusal}")
                 return
             upstream = _connect(addresses, request.port)
@@ -456,7 +454,9 @@ def _parse_request(head: bytes) -> ProxyRequest | str:
         if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS
     ]
     forwarded = "\r\n".join([f"{method} {path} {version}", *headers, "Connection: close", "", ""])
-    return ProxyRequest(host=host, port=port, tunnel=False, forwarded_head=forwarded.encode("latin-1"))
+    return ProxyRequest(
+        host=host, port=port, tunnel=False, forwarded_head=forwarded.encode("latin-1")
+    )
 
 
 def _header(lines: list[str], name: str) -> str | None:
@@ -496,7 +496,10 @@ def _answer(connection: socket.socket, status: int, reason: str) -> None:
 
 
 def _relay(
-    client: socket.socket, upstream: socket.socket, to_upstream: bytes, rewrite_response: bool = False
+    client: socket.socket,
+    upstream: socket.socket,
+    to_upstream: bytes,
+    rewrite_response: bool = False,
 ) -> None:
     """Copy bytes both ways until both sides are done. With ``rewrite_response``, the
     response head gets ``Connection: close`` (the client must not reuse this connection)."""

@@ -240,6 +240,12 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
     )
+    worker_metrics_host: str = Field(
+        "127.0.0.1",
+        description="Where a worker's metrics listen. They need no token: keep them on "
+        "loopback, or on an address only your scraper reaches (0.0.0.0 in a container whose "
+        "port you do not publish).",
+    )
     metrics_token: SecretStr | None = Field(
         None,
         description="Bearer token that GET /metrics requires (Prometheus: `authorization: "
@@ -271,6 +277,12 @@ class Settings(BaseSettings):
         description="The inference server (`rft-server inference`) that /v1/chat/completions "
         "forwards to, e.g. http://127.0.0.1:8001. Unset: those endpoints answer 503 "
         "(`rft-server up` starts one and sets it).",
+    )
+    inference_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the inference server requires on every generation and the "
+        "API sends: only the API may use it (it has no tenants of its own). "
+        "`rft-server inference` refuses to start without one; `rft-server up` makes one up.",
     )
     inference_host: str = Field("127.0.0.1", description="Where `rft-server inference` listens.")
     inference_port: int = Field(8001, ge=1, le=65535)

@@ -269,7 +269,10 @@ def _send(
             "`rft-server inference` (`rft-server up` starts one)"
         )
     url = settings.inference_url.rstrip("/") + "/v1/generate"
-    client = httpx.Client(timeout=settings.inference_timeout_s)
+    token = settings.inference_token.get_secret_value() if settings.inference_token else ""
+    client = httpx.Client(
+        timeout=settings.inference_timeout_s, headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         response = client.send(
             client.build_request("POST", url, json=request.model_dump(mode="json")), stream=True

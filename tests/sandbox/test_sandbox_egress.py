@@ -37,7 +37,7 @@ pytestmark = needs_layer(BWRAP, f"bubblewrap is not usable here: {BWRAP.reason}"
 FORBIDDEN_ADDRESSES = ["169.254.169.254", "10.0.0.1", "172.16.0.1", "192.168.0.1", "[::1]"]
 
 # Tries every destination with every client and says what happened to each, as data.
-PROBE = '''
+PROBE = """
 import json, os, socket, ssl, urllib.request, warnings
 
 warnings.simplefilter("ignore")  # requests' InsecureRequestWarning for the self-signed host
@@ -73,18 +73,24 @@ def probe_all(targets):
             lambda: socket.create_connection((host, port), timeout=2).close()
         )
     return report
-'''
-REWARD = PROBE + '''
+"""
+REWARD = (
+    PROBE
+    + """
 def probe(prompt, completion, example):
     print("REPORT " + json.dumps(probe_all(example["targets"])))
     return 1.0
-'''
-TOOL = PROBE + '''
+"""
+)
+TOOL = (
+    PROBE
+    + """
 def probe(targets: dict) -> dict:
     return probe_all(targets)
-'''
+"""
+)
 # Through a plain CONNECT tunnel: any TCP stream, not only HTTP, reaches a public host.
-TUNNEL = '''
+TUNNEL = """
 import os, socket
 from urllib.parse import urlsplit
 
@@ -103,15 +109,15 @@ def tunnel(prompt, completion, example):
         while len(echoed) < 7:
             echoed += connection.recv(16)
     return float(echoed == b"echo me")
-'''
-JUDGE = '''
+"""
+JUDGE = """
 import httpx
 
 def judged(prompt, completion, example):
     response = httpx.get(example["url"], timeout=10)
     response.raise_for_status()
     return float("public side" in response.text)
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -209,7 +209,11 @@ def test_an_allowed_destination_is_connected_to_by_its_checked_address(
 
 @pytest.mark.parametrize(
     "request_bytes",
-    [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"GET ftp://public.example/ HTTP/1.1\r\n\r\n", b"junk\r\n\r\n"],
+    [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET ftp://public.example/ HTTP/1.1\r\n\r\n",
+        b"junk\r\n\r\n",
+    ],
 )
 def test_what_is_not_a_proxy_request_is_a_400(
     proxy: tuple[EgressProxy, list[object]], request_bytes: bytes
