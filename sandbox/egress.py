@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -170,7 +171,7 @@ def local_addresses() -> set[IPAddress]:
     with contextlib.suppress(OSError):
         # fib_trie lists each local address as "|-- A.B.C.D" followed by "/32 host LOCAL".
         lines = Path("/proc/net/fib_trie").read_text().splitlines()
-        for previous, line in zip(lines, lines[1:], strict=False):
+        for previous, line in itertools.pairwise(lines):
             if "/32 host LOCAL" in line:
                 match = re.search(r"(\d+\.\d+\.\d+\.\d+)\s*$", previous)
                 if match:
@@ -422,14 +423,18 @@ def _parse_request(head: bytes) -> ProxyRequest | str:
         if target.count(":") > 1 and not target.startswith("["):
             target = "[{}]:{}".format(*target.rsplit(":", 1))  # httpx: CONNECT ::1:443
         try:
-            host, port = _split_host_port(target)
+            tunnel_host, tunnel_port = _split_host_port(target)
         except ValueError as error:
             return str(error)
-        if port is None:
+        if tunnel_port is None:
             return "CONNECT needs host:port"
-        return ProxyRequest(host=host, port=port, tunnel=True)
+        return ProxyRequest(host=tunnel_host, port=tunnel_port, tunnel=True)
     try:
         url = urlsplit(target)
+    except ValueError as error:
+        return f"bad URL: {error}"
+    host: str | None
+    try:
         host, port = url.hostname, url.port or 80
     except ValueError as error:
         # httpx writes an IPv6 literal without its brackets in the absolute URL
@@ -511,8 +516,8 @@ def _relay(
     open_reads = {client, upstream}
     response_head = b"" if rewrite_response else None
     with selectors.DefaultSelector() as selector:
-        for side in open_reads:
-            selector.register(side, selectors.EVENT_READ)
+        for end in open_reads:
+            selector.register(end, selectors.EVENT_READ)
         while open_reads:
             ready = selector.select(IDLE_TIMEOUT_S)
             if not ready:

@@ -30,6 +30,7 @@ SERVER = r"""
 import http.server, socket, socketserver, ssl, sys, threading
 
 address, cert, key, greeting = sys.argv[1:5]
+http_port, https_port, echo_port = map(int, sys.argv[5:8])
 
 class Greeter(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -47,17 +48,17 @@ class Echo(socketserver.BaseRequestHandler):
         while data := self.request.recv(4096):
             self.request.sendall(data)
 
-plain = http.server.ThreadingHTTPServer((address, %(http)d), Greeter)
-secure = http.server.ThreadingHTTPServer((address, %(https)d), Greeter)
+plain = http.server.ThreadingHTTPServer((address, http_port), Greeter)
+secure = http.server.ThreadingHTTPServer((address, https_port), Greeter)
 context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
 context.load_cert_chain(cert, key)
 secure.socket = context.wrap_socket(secure.socket, server_side=True)
-echo = socketserver.ThreadingTCPServer((address, %(echo)d), Echo)
+echo = socketserver.ThreadingTCPServer((address, echo_port), Echo)
 for server in (plain, secure, echo):
     threading.Thread(target=server.serve_forever, daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()  # until the test closes our stdin
-""" % {"http": HTTP_PORT, "https": HTTPS_PORT, "echo": ECHO_PORT}
+"""
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def public_host() -> Iterator[PublicHost]:
             [
                 "ip", "netns", "exec", namespace, sys.executable, "-c", SERVER, host.address,
                 str(folder / "cert.pem"), str(folder / "key.pem"), GREETING,
+                str(HTTP_PORT), str(HTTPS_PORT), str(ECHO_PORT),
             ],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -60,7 +60,8 @@ def stack_urls(stack: LocalStack) -> list[str]:
 def test_the_test_endpoint_reaches_public_hosts_and_none_of_the_stack(
     client: httpx.Client, stack: LocalStack, public: PublicHost
 ) -> None:
-    forbidden = stack_urls(stack) + [
+    forbidden = [
+        *stack_urls(stack),
         f"http://localhost:{stack.api_port}/readyz",
         "http://169.254.169.254/latest/meta-data/",
         "http://10.0.0.1/",
