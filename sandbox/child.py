@@ -962,6 +962,7 @@ PROXY_VARIABLES = (
 FORWARD_CHUNK = 64 * 1024
 # Bytes queued towards one side before the other side stops being read (backpressure).
 FORWARD_BUFFER = 256 * 1024
+FORWARDER_STACK_BYTES = 512 * 1024
 
 
 def _start_egress_forwarder(socket_path: str) -> None:
@@ -1049,7 +1050,12 @@ def _start_egress_forwarder(socket_path: str) -> None:
                 update(side)
                 update(peer)
 
-    threading.Thread(target=serve, name="rft-egress-forwarder", daemon=True).start()
+    # A small stack: the default 8 MiB would count against the address-space limit.
+    previous = threading.stack_size(FORWARDER_STACK_BYTES)
+    try:
+        threading.Thread(target=serve, name="rft-egress-forwarder", daemon=True).start()
+    finally:
+        threading.stack_size(previous)
     for name in PROXY_VARIABLES:
         os.environ[name] = proxy
     # Nothing bypasses the proxy: there is nothing else to reach.

@@ -42,6 +42,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,7 @@ CONNECT_TIMEOUT_S = 10.0
 # below it; this only frees threads a stuck peer would hold).
 IDLE_TIMEOUT_S = 600.0
 MAX_CONNECTIONS = 64
+DEPLOYMENT_REFRESH_S = 60.0
 RELAY_CHUNK = 64 * 1024
 # Request headers that belong to the hop to the proxy, not to the origin server.
 HOP_HEADERS = frozenset(
@@ -201,6 +203,10 @@ class EgressPolicy:
     _allowed: list[HostRule] = field(init=False)
     _deployment: list[HostRule] = field(init=False)
     _networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = field(init=False)
+    # The deployment hosts' addresses, looked up again at most every DEPLOYMENT_REFRESH_S: a
+    # name that does not resolve (a DNS timeout) must not slow every connection down.
+    _deployment_cache: tuple[float, set[IPAddress]] | None = field(init=False, default=None)
+    _cache_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._allowed = [HostRule.parse(entry) for entry in self.allowed_hosts]
@@ -258,11 +264,17 @@ class EgressPolicy:
         return {ipaddress.ip_address(a.split("%")[0]) for a in self.resolver(name, port)}
 
     def _deployment_addresses(self) -> set[IPAddress]:
-        addresses: set[IPAddress] = set()
-        for rule in self._deployment:
-            with contextlib.suppress(OSError, UnicodeError, ValueError):
-                addresses |= self._resolve(rule.host, rule.port or 80)
-        return addresses
+        with self._cache_lock:
+            now = time.monotonic()
+            if self._deployment_cache is None or now - self._deployment_cache[0] > (
+                DEPLOYMENT_REFRESH_S
+            ):
+                addresses: set[IPAddress] = set()
+                for rule in self._deployment:
+                    with contextlib.suppress(OSError, UnicodeError, ValueError):
+                        addresses |= self._resolve(rule.host, rule.port or 80)
+                self._deployment_cache = (now, addresses)
+            return self._deployment_cache[1]
 
 
 @dataclass

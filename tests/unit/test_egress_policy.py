@@ -229,3 +229,18 @@ def test_closing_the_proxy_removes_its_socket() -> None:
     assert path.is_socket()
     running.close()
     assert not path.parent.exists()
+
+
+def test_deployment_hosts_are_looked_up_once_not_per_connection() -> None:
+    looked_up: list[str] = []
+
+    def counting(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return resolve(host, port)
+
+    checking = policy(resolver=counting, deployment_hosts=["redis", "unresolvable.internal"])
+    for _ in range(3):
+        assert checking.check("public.example", 443)
+    with pytest.raises(EgressRefused, match="own hosts"):
+        checking.check("203.0.113.5", 80)  # redis's address, from the same lookup
+    assert looked_up.count("redis") == 1 and looked_up.count("unresolvable.internal") == 1
