@@ -5,15 +5,12 @@ or metadata addresses. Each refusal is the function's own typed error; the test 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
 
 from service.stack import LocalStack
-from tests.layers import skip_missing_layer
-from tests.public_network import GREETING, PublicHost, public_host, unavailable_reason
+from tests.public_network import GREETING, PublicHost
 
 FETCH = """
 import ssl, urllib.request
@@ -38,15 +35,6 @@ def raw(prompt, completion, example):
 """
 
 
-@pytest.fixture(scope="module")
-def public() -> Iterator[PublicHost]:
-    reason = unavailable_reason()
-    if reason is not None:
-        skip_missing_layer(f"no public side for the egress tests: {reason}")
-    with public_host() as host:
-        yield host
-
-
 def stack_urls(stack: LocalStack) -> list[str]:
     """Every service of the stack that listens on TCP, as a URL user code could try."""
     urls = [stack.base_url + "/readyz", stack.inference_url + "/healthz"]
@@ -58,7 +46,7 @@ def stack_urls(stack: LocalStack) -> list[str]:
 
 
 def test_the_test_endpoint_reaches_public_hosts_and_none_of_the_stack(
-    client: httpx.Client, stack: LocalStack, public: PublicHost
+    client: httpx.Client, stack: LocalStack, public_side: PublicHost
 ) -> None:
     forbidden = [
         *stack_urls(stack),
@@ -68,7 +56,7 @@ def test_the_test_endpoint_reaches_public_hosts_and_none_of_the_stack(
         "https://172.16.0.1/",
         "http://192.168.0.1/",
     ]
-    allowed = [f"{public.http_url}/plain", f"{public.https_url}/secure"]
+    allowed = [f"{public_side.http_url}/plain", f"{public_side.https_url}/secure"]
     samples = [
         {"prompt": "p", "completion": "c", "example": {"url": url}} for url in allowed + forbidden
     ]

@@ -26,8 +26,8 @@ from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
-from tests.layers import needs_layer, skip_missing_layer
-from tests.public_network import ECHO_PORT, GREETING, PublicHost, public_host, unavailable_reason
+from tests.layers import needs_layer
+from tests.public_network import ECHO_PORT, GREETING, PublicHost
 from workers.runtime_packages import install_runtime_packages
 
 BWRAP = detect_isolation()
@@ -121,15 +121,6 @@ def judged(prompt, completion, example):
 
 
 @pytest.fixture(scope="module")
-def public() -> Iterator[PublicHost]:
-    reason = unavailable_reason()
-    if reason is not None:
-        skip_missing_layer(f"no public side for the egress tests: {reason}")
-    with public_host() as host:
-        yield host
-
-
-@pytest.fixture(scope="module")
 def http_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """httpx and requests as a job's runtime packages, installed the way the worker does."""
     target = tmp_path_factory.mktemp("job") / "packages"
@@ -168,18 +159,18 @@ def networked(packages: Path, deployment: list[socket.socket], **extra: object) 
     return SandboxSettings(**(values | extra))  # type: ignore[arg-type]
 
 
-def targets(public: PublicHost, deployment: list[socket.socket]) -> dict[str, object]:
+def targets(public_side: PublicHost, deployment: list[socket.socket]) -> dict[str, object]:
     ports = [listener.getsockname()[1] for listener in deployment]
     internal = [f"http://127.0.0.1:{port}/" for port in ports]
     internal += [f"http://localhost:{ports[0]}/", f"https://127.0.0.1:{ports[1]}/"]
     internal += [f"http://{address}/latest/meta-data/" for address in FORBIDDEN_ADDRESSES]
     internal += [f"https://{address}/" for address in FORBIDDEN_ADDRESSES]
     # The host's own end of the veth is an address of this machine: refused too.
-    internal.append(f"http://{public.host_address}:{ports[0]}/")
-    public_urls = [f"{public.http_url}/hello", f"{public.https_url}/secure"]
+    internal.append(f"http://{public_side.host_address}:{ports[0]}/")
+    public_urls = [f"{public_side.http_url}/hello", f"{public_side.https_url}/secure"]
     return {
         "urls": internal + public_urls,
-        "raw": [("127.0.0.1", port) for port in ports] + [(public.address, ECHO_PORT)],
+        "raw": [("127.0.0.1", port) for port in ports] + [(public_side.address, ECHO_PORT)],
         "internal": internal,
         "public": public_urls,
     }
@@ -210,9 +201,9 @@ def assert_only_public_reached(
 
 
 def test_reward_code_reaches_public_hosts_and_none_of_the_deployment(
-    public: PublicHost, http_clients: Path, deployment: list[socket.socket]
+    public_side: PublicHost, http_clients: Path, deployment: list[socket.socket]
 ) -> None:
-    wanted = targets(public, deployment)
+    wanted = targets(public_side, deployment)
     with ProcessSandbox(networked(http_clients, deployment)) as sandbox:
         sandbox.load([RewardFunctionSpec(name="probe", source=REWARD)])
         batch = ScoringBatch(prompts=["p"], completions=["c"], examples=[{"targets": wanted}])
@@ -223,9 +214,9 @@ def test_reward_code_reaches_public_hosts_and_none_of_the_deployment(
 
 
 def test_agent_tools_reach_public_hosts_and_none_of_the_deployment(
-    public: PublicHost, http_clients: Path, deployment: list[socket.socket]
+    public_side: PublicHost, http_clients: Path, deployment: list[socket.socket]
 ) -> None:
-    wanted = targets(public, deployment)
+    wanted = targets(public_side, deployment)
     with ProcessAgentSandbox(networked(http_clients, deployment)) as sandbox:
         sandbox.load([ToolSpec(name="probe", source=TOOL)], [])
         outcome = sandbox.call([ToolCall("probe", {"targets": wanted})])[0]
@@ -235,9 +226,9 @@ def test_agent_tools_reach_public_hosts_and_none_of_the_deployment(
 
 
 def test_a_refused_call_is_a_typed_error_and_scoring_goes_on(
-    public: PublicHost, http_clients: Path, deployment: list[socket.socket]
+    public_side: PublicHost, http_clients: Path, deployment: list[socket.socket]
 ) -> None:
-    urls = [f"{public.http_url}/judge", "http://10.0.0.1/judge", "http://169.254.169.254/"]
+    urls = [f"{public_side.http_url}/judge", "http://10.0.0.1/judge", "http://169.254.169.254/"]
     with ProcessSandbox(networked(http_clients, deployment)) as sandbox:
         sandbox.load([RewardFunctionSpec(name="judged", source=JUDGE)])
         batch = ScoringBatch(
@@ -257,10 +248,10 @@ def test_a_refused_call_is_a_typed_error_and_scoring_goes_on(
 
 
 def test_a_connect_tunnel_carries_any_tcp_stream_to_a_public_host(
-    public: PublicHost, http_clients: Path, deployment: list[socket.socket]
+    public_side: PublicHost, http_clients: Path, deployment: list[socket.socket]
 ) -> None:
     port = deployment[0].getsockname()[1]
-    examples = [{"target": f"{public.address}:{ECHO_PORT}"}, {"target": f"127.0.0.1:{port}"}]
+    examples = [{"target": f"{public_side.address}:{ECHO_PORT}"}, {"target": f"127.0.0.1:{port}"}]
     with ProcessSandbox(networked(http_clients, deployment)) as sandbox:
         sandbox.load([RewardFunctionSpec(name="tunnel", source=TUNNEL)])
         batch = ScoringBatch(prompts=["p"] * 2, completions=["c"] * 2, examples=examples)
@@ -272,18 +263,20 @@ def test_a_connect_tunnel_carries_any_tcp_stream_to_a_public_host(
 
 
 def test_an_operator_allowed_internal_host_is_reachable(
-    public: PublicHost, http_clients: Path, deployment: list[socket.socket]
+    public_side: PublicHost, http_clients: Path, deployment: list[socket.socket]
 ) -> None:
     """The public side stands in for an internal judge: denied as an internal network until
     the operator names it."""
-    denied = networked(http_clients, deployment, egress_denied_networks=[f"{public.address}/32"])
+    denied = networked(
+        http_clients, deployment, egress_denied_networks=[f"{public_side.address}/32"]
+    )
     allowed = networked(
         http_clients,
         deployment,
-        egress_denied_networks=[f"{public.address}/32"],
-        egress_allowed_hosts=[f"{public.address}:{public.http_url.rsplit(':', 1)[1]}"],
+        egress_denied_networks=[f"{public_side.address}/32"],
+        egress_allowed_hosts=[f"{public_side.address}:{public_side.http_url.rsplit(':', 1)[1]}"],
     )
-    example = [{"url": f"{public.http_url}/judge"}]
+    example = [{"url": f"{public_side.http_url}/judge"}]
     outcomes = []
     for settings in (denied, allowed):
         with ProcessSandbox(settings) as sandbox:
@@ -296,7 +289,7 @@ def test_an_operator_allowed_internal_host_is_reachable(
 
 
 def test_without_allow_network_nothing_is_reachable_not_even_public_hosts(
-    public: PublicHost,
+    public_side: PublicHost,
 ) -> None:
     source = textwrap.dedent(
         """
@@ -315,7 +308,7 @@ def test_without_allow_network_nothing_is_reachable_not_even_public_hosts(
         batch = ScoringBatch(
             prompts=["p"],
             completions=["c"],
-            examples=[{"host": public.address, "port": ECHO_PORT}],
+            examples=[{"host": public_side.address, "port": ECHO_PORT}],
         )
         result = sandbox.score(batch)["isolated"]
     assert result.scores == [0.0], result.errors
