@@ -87,6 +87,9 @@ CONNECT_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 600.0
 MAX_CONNECTIONS = 64
 DEPLOYMENT_REFRESH_S = 60.0
+LOGGED_REFUSALS = 20
+DRAIN_TIMEOUT_S = 1.0
+MAX_DRAIN_BYTES = 1 << 20
 RELAY_CHUNK = 64 * 1024
 # Request headers that belong to the hop to the proxy, not to the origin server.
 HOP_HEADERS = frozenset(
@@ -296,7 +299,8 @@ class EgressProxy:
         self._directory = Path(tempfile.mkdtemp(prefix="rft-egress-"))
         self.socket_path = self._directory / "egress.sock"
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._connections: set[socket.socket] = set()
+        self._connections: set[socket.socket] = set()  # to shut down at close(), both ends
+        self._clients = 0  # connections from the sandbox being served, for MAX_CONNECTIONS
         self._lock = threading.Lock()
         self._closed = False
         try:
@@ -346,8 +350,9 @@ class EgressProxy:
                 if self._closed:
                     client.close()
                     return
-                busy = len(self._connections) >= MAX_CONNECTIONS
+                busy = self._clients >= MAX_CONNECTIONS
                 if not busy:
+                    self._clients += 1
                     self._connections.add(client)
             if busy:
                 _answer(client, 503, "too many connections through the egress proxy at once")
@@ -377,7 +382,16 @@ class EgressProxy:
                 addresses = self.policy.check(request.host, request.port)
             except EgressRefused as refusal:
                 self.counters.refused += 1
-                logger.warning("egress refused: %s:%s: %s", request.host, request.port, refusal)
+                refused = self.counters.refused
+                # Tenant code can ask in a loop: the first few, then one in a hundred.
+                if refused <= LOGGED_REFUSALS or refused % 100 == 0:
+                    logger.warning(
+                        "egress refused (%d so far for this sandbox): %s:%s: %s",
+                        refused,
+                        request.host,
+                        request.port,
+                        refusal,
+                    )
                 _answer(client, 403, f"refused by the egress policy: {refusal}")
                 return
             upstream = _connect(addresses, request.port)
@@ -396,6 +410,8 @@ class EgressProxy:
         except (OSError, ValueError):
             pass  # the peer went away or sent garbage: nothing left to tell it
         finally:
+            with self._lock:
+                self._clients -= 1
             for connection in (client, upstream):
                 if connection is not None:
                     with self._lock:
@@ -510,6 +526,13 @@ def _answer(connection: socket.socket, status: int, reason: str) -> None:
     )
     with contextlib.suppress(OSError):
         connection.sendall(head.encode() + body)
+        # Read what the client still sends (a request body) before it is closed: closing over
+        # unread data resets the connection, and the client would see the reset, not this.
+        connection.shutdown(socket.SHUT_WR)
+        connection.settimeout(DRAIN_TIMEOUT_S)
+        drained = 0
+        while drained < MAX_DRAIN_BYTES and (chunk := connection.recv(RELAY_CHUNK)):
+            drained += len(chunk)
 
 
 def _relay(

@@ -184,7 +184,10 @@ def ask(path: Path, request: bytes) -> bytes:
         b"CONNECT points-at-metadata.example:80 HTTP/1.1\r\n\r\n",
         b"GET http://points-at-loopback.example:6379/ HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET http://[::1]:5432/ HTTP/1.1\r\n\r\n",
+        # A body the proxy never forwards: read and dropped, so the client gets the answer.
+        b"POST http://10.0.0.1/ HTTP/1.1\r\nContent-Length: 300000\r\n\r\n" + b"x" * 300000,
     ],
+    ids=["connect-private", "connect-metadata-name", "http-loopback-name", "http-ipv6", "post"],
 )
 def test_a_refusal_is_a_403_before_any_connection(
     proxy: tuple[EgressProxy, list[object]], request_bytes: bytes
@@ -244,3 +247,14 @@ def test_deployment_hosts_are_looked_up_once_not_per_connection() -> None:
     with pytest.raises(EgressRefused, match="own hosts"):
         checking.check("203.0.113.5", 80)  # redis's address, from the same lookup
     assert looked_up.count("redis") == 1 and looked_up.count("unresolvable.internal") == 1
+
+
+def test_connections_beyond_the_limit_are_turned_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egress, "MAX_CONNECTIONS", 1)
+    with (
+        EgressProxy(policy()) as running,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as holding,
+    ):
+        holding.connect(str(running.socket_path))  # says nothing: holds the only slot
+        answer = ask(running.socket_path, b"CONNECT public.example:443 HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 503 too many connections")
