@@ -3,11 +3,19 @@ which the API sends (a tenant's sandbox, or anything else on the network, holds 
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from service.inference.protocol import GeneratedChoice, GenerationRequest, GenerationResult
+from service.inference.service import InferenceUnavailable, ServedModel, _send
+from service.settings import Settings
 from workers.inference.server import create_app
 
 TOKEN = "inference-token-for-tests"
@@ -63,3 +71,38 @@ def test_the_server_refuses_to_start_without_a_token(monkeypatch: pytest.MonkeyP
             create_app(AnsweringPool())  # type: ignore[arg-type]
     finally:
         get_settings.cache_clear()
+
+
+@pytest.fixture
+def served() -> Iterator[str]:
+    """The real server app (with the answering pool) on a loopback port of its own."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    app = create_app(AnsweringPool(), token=SecretStr(TOKEN))  # type: ignore[arg-type]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the inference app did not start")
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    server.should_exit = True
+    thread.join()
+    listener.close()
+
+
+def test_the_api_sends_its_token_and_names_the_setting_when_refused(served: str) -> None:
+    served_model = ServedModel(name="rft-tiny", base_model="rft-tiny", adapter_uri=None)
+    request = GenerationRequest.model_validate(REQUEST)
+    right = Settings(inference_url=served, inference_token=SecretStr(TOKEN))
+    client, response = _send(served_model, request, right)
+    try:
+        assert response.status_code == 200
+    finally:
+        response.close()
+        client.close()
+    for token in (SecretStr("not-the-token"), None):
+        wrong = Settings(inference_url=served, inference_token=token)
+        with pytest.raises(InferenceUnavailable, match="RFT_INFERENCE_TOKEN"):
+            _send(served_model, request, wrong)
