@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import sandbox.isolation as isolation
 from sandbox.agent_api import ToolCall, ToolSpec
 from sandbox.agent_host import ProcessAgentSandbox
 from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
@@ -326,3 +327,26 @@ def test_the_proxy_socket_belongs_to_its_sandbox_alone(deployment: list[socket.s
         assert info.st_uid == worker.uid_lease.uid
         assert folder.st_uid == 0 and stat.S_IMODE(folder.st_mode) == 0o700
     assert not path.exists()  # gone with the sandbox
+
+
+@pytest.mark.parametrize("euid", [0, 1000], ids=["root", "unprivileged"])
+@pytest.mark.parametrize("allow_network", [False, True])
+def test_every_launch_unshares_the_network(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, euid: int, allow_network: bool
+) -> None:
+    """As root (--unshare-net) and unprivileged (--unshare-all, never --share-net), with or
+    without allow_network: only the egress socket is added."""
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: euid)
+    socket_path = tmp_path / "egress.sock"
+    settings = SandboxSettings(isolation="bwrap", allow_network=allow_network, sandbox_uid=61000)
+    plan = isolation.plan_launch(settings, egress_socket=socket_path if allow_network else None)
+    options = plan.argv[: plan.argv.index("--")]
+    assert "--share-net" not in options
+    assert ("--unshare-net" if euid == 0 else "--unshare-all") in options
+    bound = f"{socket_path} {isolation.INSIDE_EGRESS_SOCKET}" in " ".join(options)
+    assert bound is allow_network
+    limits = json.loads(plan.argv[-1])
+    assert ("egress_socket" in limits) is allow_network
+    if allow_network:
+        with pytest.raises(ValueError, match="egress proxy"):
+            isolation.plan_launch(settings)
