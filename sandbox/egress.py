@@ -88,6 +88,7 @@ IDLE_TIMEOUT_S = 600.0
 MAX_CONNECTIONS = 64
 DEPLOYMENT_REFRESH_S = 60.0
 LOGGED_REFUSALS = 20
+DIRECTORY_PREFIX = "rft-egress-"
 DRAIN_TIMEOUT_S = 1.0
 MAX_DRAIN_BYTES = 1 << 20
 RELAY_CHUNK = 64 * 1024
@@ -296,7 +297,8 @@ class EgressProxy:
     def __init__(self, policy: EgressPolicy, owner_uid: int | None = None) -> None:
         self.policy = policy
         self.counters = EgressCounters()
-        self._directory = Path(tempfile.mkdtemp(prefix="rft-egress-"))
+        _remove_stale_directories()
+        self._directory = Path(tempfile.mkdtemp(prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-"))
         self.socket_path = self._directory / "egress.sock"
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._connections: set[socket.socket] = set()  # to shut down at close(), both ends
@@ -417,6 +419,21 @@ class EgressProxy:
                     with self._lock:
                         self._connections.discard(connection)
                     connection.close()
+
+
+def _remove_stale_directories() -> None:
+    """The folders of proxies whose process died without closing them (a SIGKILLed rank):
+    each folder is named after its process, and only a dead process's folder goes."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{DIRECTORY_PREFIX}*-*"):
+        owner = folder.name.removeprefix(DIRECTORY_PREFIX).split("-", 1)[0]
+        if not owner.isdigit() or folder.stat().st_uid != os.geteuid():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@ happens before any connection, and which hosts a deployment's settings deny or a
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +261,19 @@ def test_connections_beyond_the_limit_are_turned_away(monkeypatch: pytest.Monkey
         holding.connect(str(running.socket_path))  # says nothing: holds the only slot
         answer = ask(running.socket_path, b"CONNECT public.example:443 HTTP/1.1\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 503 too many connections")
+
+
+def test_a_dead_processs_proxy_folder_is_removed_by_the_next_proxy() -> None:
+    finished = subprocess.Popen(["true"])  # its pid is free once it has been waited for
+    finished.wait()
+    stale = Path(egress.tempfile.gettempdir()) / f"{egress.DIRECTORY_PREFIX}{finished.pid}-x"
+    stale.mkdir()
+    alive = Path(egress.tempfile.gettempdir()) / f"{egress.DIRECTORY_PREFIX}{os.getpid()}-y"
+    alive.mkdir()
+    try:
+        with EgressProxy(policy()):
+            pass
+        assert not stale.exists() and alive.exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
