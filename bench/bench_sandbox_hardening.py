@@ -41,8 +41,10 @@ def plain_plan(
     settings: SandboxSettings,
     program: list[str] | None = None,
     child_program: Path = CHILD_PROGRAM,
+    egress_socket: Path | None = None,
 ) -> LaunchPlan:
-    return replace(plan_launch(settings, program, child_program), seccomp_filter=None, cgroup=None)
+    plan = plan_launch(settings, program, child_program, egress_socket)
+    return replace(plan, seccomp_filter=None, cgroup=None)
 
 
 def launching(variant: str) -> None:

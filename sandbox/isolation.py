@@ -3,7 +3,9 @@
 With isolation="bwrap" and a root worker (the normal deployment), the layers are:
 
 1. bubblewrap, run as root *without* a user namespace, unshares the pid, ipc, uts, cgroup
-   and (unless allow_network) network namespaces, and builds a new root from a few read-only
+   and network namespaces (always: a job that asks for the network gets an egress proxy's unix
+   socket bound in, sandbox/egress.py, never the host's network), and builds a new root from a
+   few read-only
    binds: the interpreter prefix at /opt/python (with its site-packages hidden), /usr/lib,
    /usr/lib64, /usr/bin, a handful of /etc files, the child program, the job's package
    directories; plus a fresh /proc, a minimal /dev and a size-limited private /tmp. Nothing
@@ -66,6 +68,9 @@ INSIDE_CHILD_PROGRAM = "/opt/rft/child.py"
 INSIDE_PACKAGES = "/opt/rft/packages"
 # The sandbox's interpreter, as a virtual environment without packages of its own.
 INSIDE_VENV = "/opt/rft/python"
+# The egress proxy's socket (allow_network), bound read-only: connect() needs no write access
+# to the mount, only to the socket, which belongs to the sandbox's uid.
+INSIDE_EGRESS_SOCKET = "/opt/rft/egress.sock"
 # What user code calls it by: each is a symlink in the environment's bin, first on PATH.
 PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -117,12 +122,14 @@ def plan_launch(
     settings: SandboxSettings,
     program: list[str] | None = None,
     child_program: Path = CHILD_PROGRAM,
+    egress_socket: Path | None = None,
 ) -> LaunchPlan:
     """Build the command that starts the child (or `program`, for probing) under `settings`.
 
     ``child_program`` is the program the child runs: the reward child, or another one beside it
     in this folder (the agent child) that imports its startup from child.py; under bwrap it is
-    bound next to child.py."""
+    bound next to child.py. ``egress_socket``: the egress proxy's socket, which
+    ``settings.allow_network`` needs."""
     cgroup = _plan_cgroup(settings)
     if settings.isolation == "none":
         venv_bin = host_venv(host_python(settings)[1]) / "bin"
@@ -134,7 +141,7 @@ def plan_launch(
         argv = program or [python, "-I", "-S", "-B", str(child_program), json.dumps(limits)]
         env = {"PATH": f"{venv_bin}:{SEARCH_PATH}", "LANG": "C.UTF-8", "HOME": "/tmp"}
         return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False, cgroup=cgroup)
-    return _plan_bwrap(settings, program, cgroup, child_program)
+    return _plan_bwrap(settings, program, cgroup, child_program, egress_socket)
 
 
 def host_python(settings: SandboxSettings) -> tuple[Path, Path]:
@@ -207,6 +214,7 @@ def _plan_bwrap(
     program: list[str] | None,
     cgroup: tuple[CgroupHost, CgroupLimits] | None,
     child_program: Path = CHILD_PROGRAM,
+    egress_socket: Path | None = None,
 ) -> LaunchPlan:
     if child_program.parent != CHILD_PROGRAM.parent:
         raise ValueError(f"{child_program} must live beside {CHILD_PROGRAM.name}")
@@ -223,15 +231,12 @@ def _plan_bwrap(
     argv = [bwrap]
     if as_root:
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-        if not settings.allow_network:
-            argv.append("--unshare-net")
+        argv.append("--unshare-net")
         # setpriv needs these three to drop to the sandbox uid; it then clears every set.
         argv += ["--cap-drop", "ALL"]
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         argv += ["--unshare-all", "--cap-drop", "ALL"]
-        if settings.allow_network:
-            argv.append("--share-net")
     argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
 
     # Directories bwrap creates are 0700 unless told otherwise, which locks the uid out.
@@ -283,6 +288,10 @@ def _plan_bwrap(
         inside = f"{INSIDE_PACKAGES}/{index}"
         argv += ["--ro-bind", str(path), inside]
         python_paths.append(inside)
+    if settings.allow_network:
+        if egress_socket is None:
+            raise ValueError("allow_network needs the egress proxy's socket (sandbox/egress.py)")
+        argv += ["--ro-bind", str(egress_socket), INSIDE_EGRESS_SOCKET]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     tmp_bytes = settings.tmp_size_mb * 1024 * 1024
     argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp"]
@@ -313,6 +322,8 @@ def _plan_bwrap(
         argv += [python if part == sys.executable else part for part in program]
     else:
         limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
+        if settings.allow_network:
+            limits["egress_socket"] = INSIDE_EGRESS_SOCKET
         argv += [python, "-I", "-S", "-B", inside_program, json.dumps(limits)]
     try:
         seccomp_filter = filter_for_this_machine()

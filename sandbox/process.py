@@ -42,6 +42,7 @@ from sandbox.child import (
     frame_from_body,
     to_json_compatible,
 )
+from sandbox.egress import EgressPolicy, EgressProxy
 from sandbox.inspection import find_reward_entry_point
 from sandbox.isolation import (
     CHILD_PROGRAM,
@@ -89,6 +90,9 @@ class SandboxWorker:
         # Host pid of the pid namespace's init (bwrap only); killing it empties the namespace.
         self.namespace_init_pid: int | None = None
         self.cgroup: SandboxCgroup | None = None  # the tree's own cgroup, if the host has them
+        # allow_network: this child's way out (a proxy on a unix socket of its own), which lives
+        # and dies with the child.
+        self.egress: EgressProxy | None = None
         self.loaded_body: bytes | None = None  # the load request this child has accepted
         self._diagnostics: IO[bytes] | None = None
         self._inbox = bytearray()
@@ -104,8 +108,15 @@ class SandboxWorker:
         self._diagnostics = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         self._inbox = bytearray()
         self.loaded_body = None
-        plan = plan_launch(self._lease_uid(), child_program=self.child_program)
+        settings = self._lease_uid()
+        if settings.allow_network and settings.isolation == "bwrap":
+            self.egress = _egress_proxy(settings)
         try:
+            plan = plan_launch(
+                settings,
+                child_program=self.child_program,
+                egress_socket=self.egress.socket_path if self.egress is not None else None,
+            )
             spawned = spawn(
                 plan,
                 stdin=subprocess.PIPE,
@@ -113,8 +124,13 @@ class SandboxWorker:
                 stderr=self._diagnostics,
                 bufsize=0,
             )
-        except OSError as error:
-            raise SandboxUnavailableError(f"cannot start the sandbox process: {error}") from error
+        except BaseException as error:
+            self.kill()  # the egress proxy, if one started
+            if isinstance(error, OSError):
+                raise SandboxUnavailableError(
+                    f"cannot start the sandbox process: {error}"
+                ) from error
+            raise
         self.process = spawned.process
         self.cgroup = spawned.cgroup
         if spawned.info_fd is not None:
@@ -293,6 +309,9 @@ class SandboxWorker:
         cgroup, self.cgroup = self.cgroup, None
         if cgroup is not None:
             cgroup.remove()
+        egress, self.egress = self.egress, None
+        if egress is not None:
+            egress.close()
 
     def shut_down(self) -> None:
         self.kill()
@@ -302,6 +321,19 @@ class SandboxWorker:
         if self.uid_lease is not None:
             self.uid_lease.release()  # only now that its processes are gone
             self.uid_lease = None
+
+
+def _egress_proxy(settings: SandboxSettings) -> EgressProxy:
+    policy = EgressPolicy(
+        allowed_hosts=settings.egress_allowed_hosts,
+        deployment_hosts=settings.egress_deployment_hosts,
+        denied_networks=settings.egress_denied_networks,
+    )
+    try:
+        # As root the child runs as its leased uid: only that uid may connect.
+        return EgressProxy(policy, owner_uid=settings.sandbox_uid)
+    except OSError as error:
+        raise SandboxUnavailableError(f"cannot start the egress proxy: {error}") from error
 
 
 def _parent_of(pid: int) -> int | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from sandbox.egress import HostRule
 
 Isolation = Literal["bwrap", "none"]
 CgroupMode = Literal["auto", "require", "off"]
@@ -28,7 +31,35 @@ class SandboxSettings:
         },
     )
     allow_network: bool = field(
-        default=False, metadata={"help": "Keep the host network namespace (bwrap only)."}
+        default=False,
+        metadata={
+            "help": "Give the code a way out through the egress proxy (sandbox/egress.py): "
+            "HTTP(S) to public addresses only. The sandbox never shares the host's network "
+            "namespace, with or without it (bwrap only)."
+        },
+    )
+    egress_allowed_hosts: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Deployment setting, never a job's: internal hosts ('host' or "
+            "'host:port') that networked code may reach although their addresses are private "
+            "(an internal judge, a tool service)."
+        },
+    )
+    egress_deployment_hosts: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "The deployment's own hosts (database, Redis, inference server, API): "
+            "refused by name and by address, on every port, even at a public address."
+        },
+    )
+    egress_denied_networks: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Networks (CIDR) refused beside the built-in private, loopback, "
+            "link-local and reserved ranges: a deployment whose internal network uses "
+            "other addresses lists them here."
+        },
     )
     env: dict[str, str] = field(
         default_factory=dict,
@@ -166,6 +197,7 @@ class SandboxSettings:
         if self.allow_network and self.isolation == "none":
             raise ValueError("allow_network only applies to isolation='bwrap'; drop it for 'none'")
         self.extra_python_paths = [Path(path).resolve() for path in self.extra_python_paths]
+        _check_egress_entries(self)
         if self.python_prefix is not None:
             self.python_prefix = Path(self.python_prefix)
         for path in self.extra_python_paths:
@@ -204,3 +236,17 @@ class SandboxSettings:
         clashes = RESERVED_ENV & set(self.env)
         if clashes:
             raise ValueError(f"env cannot set {sorted(clashes)}: the sandbox controls them")
+
+
+def _check_egress_entries(settings: SandboxSettings) -> None:
+    for name in ("egress_allowed_hosts", "egress_deployment_hosts"):
+        for entry in getattr(settings, name):
+            try:
+                HostRule.parse(entry)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+    for entry in settings.egress_denied_networks:
+        try:
+            ipaddress.ip_network(entry.strip(), strict=False)
+        except ValueError as error:
+            raise ValueError(f"egress_denied_networks: {error}") from None

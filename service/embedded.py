@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -57,6 +58,9 @@ class EmbeddedRedis:
         self.data_dir = data_dir.resolve()
         self.port = port
         self._process: subprocess.Popen[bytes] | None = None
+        # A password even on loopback: anything else on this machine (another user's process)
+        # that reaches the port gets nothing without it. Kept across restarts (same URL).
+        self.password = secrets.token_hex(16)
 
     @staticmethod
     def executable() -> str:
@@ -76,7 +80,9 @@ class EmbeddedRedis:
         self.port = self.port or free_port()
         self._process = subprocess.Popen(
             [
-                self.executable(),
+                # The password comes as configuration on stdin ("-"), not on the command
+                # line, where any local user could read it.
+                self.executable(), "-",
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--save", "",
@@ -84,9 +90,13 @@ class EmbeddedRedis:
                 "--dir", str(self.data_dir),
                 "--logfile", str(self.data_dir / "redis.log"),
             ],
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"requirepass {self.password}\n".encode())
+        self._process.stdin.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -95,9 +105,9 @@ class EmbeddedRedis:
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as connection,
             ):
-                connection.sendall(b"PING\r\n")
-                if connection.recv(16).startswith(b"+PONG"):
-                    return f"redis://127.0.0.1:{self.port}/0"
+                connection.sendall(f"AUTH {self.password}\r\nPING\r\n".encode())
+                if connection.recv(32).startswith(b"+OK\r\n+PONG"):
+                    return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
             time.sleep(0.05)
         raise RuntimeError("redis-server did not answer within 10 s")
 

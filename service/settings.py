@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sandbox.egress import hosts_of_urls
 from sandbox.settings import Isolation, SandboxSettings
 
 
@@ -68,6 +69,19 @@ class Settings(BaseSettings):
     )
     grader_judge_api_key: SecretStr | None = Field(
         None, description="Bearer key for grader_judge_base_url, given to the graders' sandbox."
+    )
+    sandbox_egress_allow: str = Field(
+        "",
+        description="Internal hosts that user code with allow_network may reach although "
+        "their addresses are private, comma-separated 'host' or 'host:port' (an internal "
+        "judge, a tool service). Everything else private, loopback, link-local or of this "
+        "deployment is refused (docs/security.md). Per deployment, never per job.",
+    )
+    sandbox_egress_deny_networks: str = Field(
+        "",
+        description="More networks (comma-separated CIDR) refused to user code with "
+        "allow_network, beside the built-in private, loopback, link-local and reserved "
+        "ranges: list your internal networks here when they use other addresses.",
     )
     reward_call_timeout_s: float = Field(30.0, gt=0, description="Wall limit of one score call.")
     reward_load_timeout_s: float = Field(
@@ -226,6 +240,12 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
     )
+    worker_metrics_host: str = Field(
+        "127.0.0.1",
+        description="Where a worker's metrics listen. They need no token: keep them on "
+        "loopback, or on an address only your scraper reaches (0.0.0.0 in a container whose "
+        "port you do not publish).",
+    )
     metrics_token: SecretStr | None = Field(
         None,
         description="Bearer token that GET /metrics requires (Prometheus: `authorization: "
@@ -258,6 +278,12 @@ class Settings(BaseSettings):
         "forwards to, e.g. http://127.0.0.1:8001. Unset: those endpoints answer 503 "
         "(`rft-server up` starts one and sets it).",
     )
+    inference_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the inference server requires on every generation and the "
+        "API sends: only the API may use it (it has no tenants of its own). "
+        "`rft-server inference` refuses to start without one; `rft-server up` makes one up.",
+    )
     inference_host: str = Field("127.0.0.1", description="Where `rft-server inference` listens.")
     inference_port: int = Field(8001, ge=1, le=65535)
     inference_timeout_s: float = Field(
@@ -278,6 +304,35 @@ class Settings(BaseSettings):
         if self.environment == "production" and self.sandbox_isolation == "none":
             raise ValueError("RFT_SANDBOX_ISOLATION=none is refused in production")
         return self
+
+    @property
+    def egress_allowed_hosts(self) -> list[str]:
+        """The operator's internal hosts, plus the graders' judge: the operator named it for
+        sandboxed code to call."""
+        hosts = [entry.strip() for entry in self.sandbox_egress_allow.split(",") if entry.strip()]
+        return hosts + hosts_of_urls([self.grader_judge_base_url])
+
+    @property
+    def egress_deployment_hosts(self) -> list[str]:
+        """This deployment's own services, refused to user code at whatever address."""
+        urls = [
+            self.database_url,
+            self.redis_url,
+            self.inference_url,
+            self.s3_endpoint_url,
+            f"http://{self.api_host}:{self.api_port}",
+            f"http://{self.inference_host}:{self.inference_port}",
+        ]
+        if self.vllm_server_host:
+            urls.append(f"http://{self.vllm_server_host}")
+        if self.worker_address:
+            urls.append(f"http://{self.worker_address}")
+        # A deployment host is refused on every port, whatever port its URL names.
+        return sorted(set(hosts_of_urls(urls)))
+
+    @property
+    def egress_denied_networks(self) -> list[str]:
+        return [net.strip() for net in self.sandbox_egress_deny_networks.split(",") if net.strip()]
 
     @property
     def resolved_artifacts_dir(self) -> Path:
@@ -348,4 +403,7 @@ def sandbox_settings(
         uid_lock_dir=settings.sandbox_uid_lock_dir,
         cgroups=settings.sandbox_cgroups,
         cgroup_pids_max=settings.sandbox_pids_max,
+        egress_allowed_hosts=settings.egress_allowed_hosts,
+        egress_deployment_hosts=settings.egress_deployment_hosts,
+        egress_denied_networks=settings.egress_denied_networks,
     )

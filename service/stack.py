@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,12 @@ class LocalStack:
         self.inference_url = inference_url or f"http://127.0.0.1:{self.inference_port}"
         self.inference_managed = inference_url is None
         self.inference: subprocess.Popen[bytes] | None = None
+        # What the API sends the inference server and the server requires: the configured
+        # token, else one made up for this stack (neither process has another to share).
+        configured = Settings().inference_token
+        self.inference_token = (
+            configured.get_secret_value() if configured else secrets.token_urlsafe(32)
+        )
 
     @property
     def base_url(self) -> str:
@@ -101,6 +109,7 @@ class LocalStack:
                 "RFT_REDIS_URL": self.redis_url,
                 "RFT_STATE_DIR": str(self.state_dir),
                 "RFT_INFERENCE_URL": self.inference_url,
+                "RFT_INFERENCE_TOKEN": self.inference_token,
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.layers import MISSING_LAYER
+from tests.layers import MISSING_LAYER, skip_missing_layer
+from tests.public_network import PublicHost, public_host, unavailable_reason
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,6 +60,17 @@ def stack() -> Iterator[LocalStack]:
         get_engine().dispose()
     if "RFT_TEST_STATE_DIR" not in os.environ:
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def public_side() -> Iterator[PublicHost]:
+    """A "public" host in a network namespace of the tests' own (tests/public_network.py),
+    for the egress tests; skipped (or failed, in CI) where one cannot be made."""
+    reason = unavailable_reason()
+    if reason is not None:
+        skip_missing_layer(f"no public side for the egress tests: {reason}")
+    with public_host() as host:
+        yield host
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ def observe_step(record: StepRecord) -> None:
             REWARD_ERRORS.labels(name, error.kind.value).inc()
 
 
-def serve_metrics(port: int | None) -> None:
+def serve_metrics(port: int | None, host: str = "127.0.0.1") -> None:
     if port:
-        start_http_server(port)
+        # prometheus_client's default is every interface, with no authentication.
+        start_http_server(port, addr=host)

@@ -47,7 +47,7 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
     from workers.metrics import serve_metrics
 
     settings = get_settings()
-    serve_metrics(settings.worker_metrics_port)
+    serve_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
     reaper = LostWorkerReaper(
         lease_s=settings.worker_lease_s, queued_resend_after_s=settings.queued_resend_after_s
     )

@@ -269,7 +269,10 @@ def _send(
             "`rft-server inference` (`rft-server up` starts one)"
         )
     url = settings.inference_url.rstrip("/") + "/v1/generate"
-    client = httpx.Client(timeout=settings.inference_timeout_s)
+    token = settings.inference_token.get_secret_value() if settings.inference_token else ""
+    # Without a token the server answers 401, which the error below explains.
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = httpx.Client(timeout=settings.inference_timeout_s, headers=headers)
     try:
         response = client.send(
             client.build_request("POST", url, json=request.model_dump(mode="json")), stream=True
@@ -293,6 +296,11 @@ def _send(
     client.close()
     if response.status_code == 400:
         raise BadRequest(f"model {served.name!r}: {_detail(response)}")
+    if response.status_code == 401:
+        raise InferenceUnavailable(
+            "the inference server refused the API's token: set the same RFT_INFERENCE_TOKEN on "
+            "the API and on the inference server"
+        )
     raise InferenceUnavailable(
         f"the inference server answered {response.status_code}: {_detail(response)}"
     )

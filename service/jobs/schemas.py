@@ -118,7 +118,10 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     name: str | None = Field(None, max_length=300)
     allow_network: bool = Field(
-        False, description="Let reward functions reach the network (e.g. LLM-as-judge calls)."
+        False,
+        description="Let reward functions, tools and environments make HTTP(S) calls to "
+        "public hosts (e.g. LLM-as-judge calls) through the egress proxy; the deployment's own "
+        "services and private, loopback and metadata addresses stay unreachable.",
     )
     runtime_packages: list[str] = Field(
         default_factory=list,

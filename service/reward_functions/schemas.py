@@ -362,7 +362,10 @@ class RewardFunctionTest(RewardFunctionsInput):
         "order (repeating the rows when there are more completions).",
     )
     rows: int = Field(4, ge=1, le=MAX_TEST_SAMPLES, description="Dataset rows to use.")
-    allow_network: bool = False
+    allow_network: bool = Field(
+        False,
+        description="As a job's: HTTP(S) to public hosts only, through the egress proxy.",
+    )
     secrets: JobSecrets = Field(
         default_factory=dict, description="Environment for the functions, as a job's secrets."
     )

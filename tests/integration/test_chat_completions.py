@@ -377,3 +377,24 @@ def test_a_checkpoint_gone_from_the_store_is_a_400_without_server_paths(
     detail = response.json()["detail"]
     assert "no longer in the artifact store" in detail
     assert str(stack.state_dir) not in detail
+
+
+def test_the_inference_server_answers_only_the_api(
+    stack: LocalStack, trained_job: dict[str, Any]
+) -> None:
+    """It has no tenants: a request without the API's token (RFT_INFERENCE_TOKEN) gets
+    nothing, however it reached the server."""
+    request = {"base_model": "rft-tiny", "prompt": "hi", "max_tokens": 4, "temperature": 1.0,
+               "top_p": 1.0, "n": 1}  # fmt: skip
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+        refused = httpx.post(
+            f"{stack.inference_url}/v1/generate", json=request, headers=headers, timeout=60
+        )
+        assert refused.status_code == 401, refused.text
+    answered = httpx.post(
+        f"{stack.inference_url}/v1/generate",
+        json=request,
+        headers={"Authorization": f"Bearer {stack.inference_token}"},
+        timeout=120,
+    )
+    assert answered.status_code == 200, answered.text

@@ -599,7 +599,7 @@ def test_jobs_do_not_share_a_sandbox(mode: str) -> None:
 
 
 @NEEDS_BWRAP
-def test_no_network_without_allow_network() -> None:
+def test_no_host_network_with_or_without_allow_network() -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -624,9 +624,14 @@ def test_no_network_without_allow_network() -> None:
             assert str(result).startswith("refused")
         with pytest.raises(TimeoutError):
             listener.accept()
+        # With the network too: the sandbox's loopback is its own (the way out is the egress
+        # proxy, which refuses the host's loopback: tests/sandbox/test_sandbox_egress.py).
         with ProcessAgentSandbox(settings_for("bwrap", allow_network=True)) as networked:
             networked.load([probe], [])
-            assert ok(networked.call([ToolCall("connect", {"port": port})])[0]) == "connected"
+            result = ok(networked.call([ToolCall("connect", {"port": port})])[0])
+            assert str(result).startswith("refused")
+        with pytest.raises(TimeoutError):
+            listener.accept()
     finally:
         listener.close()
 

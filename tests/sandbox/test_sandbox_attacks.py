@@ -107,24 +107,40 @@ def test_no_tcp_to_the_hosts_loopback(sandbox: ProcessSandbox) -> None:
     listener.close()
 
 
-def test_allow_network_is_an_explicit_opt_in() -> None:
+def test_allow_network_never_reaches_the_hosts_loopback() -> None:
+    """With the network, raw sockets still reach nothing of the host, and the egress proxy
+    refuses loopback (tests/sandbox/test_sandbox_egress.py tests the way out)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
+    listener.setblocking(False)
     settings = SandboxSettings(isolation="bwrap", allow_network=True, call_timeout_s=5)
     with ProcessSandbox(settings) as sandbox:
         result = attack(
             sandbox,
             """
-            import socket
+            import socket, urllib.request
             def attack(p, c, example):
-                socket.create_connection(("127.0.0.1", example["port"]), timeout=2).close()
-                return 1.0
+                port = example["port"]
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    return 1.0
+                except OSError:
+                    pass
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+                    return 2.0
+                except urllib.error.HTTPError as error:
+                    print(error)
+                return 0.0
             """,
             port=listener.getsockname()[1],
         )
+    assert only_score(result) == 0.0
+    assert "403: refused by the egress policy: 127.0.0.1 is a loopback address" in result.logs
+    with pytest.raises(BlockingIOError):
+        listener.accept()
     listener.close()
-    assert only_score(result) == 1.0
 
 
 def test_no_route_to_the_outside(sandbox: ProcessSandbox) -> None:

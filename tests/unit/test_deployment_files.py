@@ -97,3 +97,28 @@ def test_an_exporter_takes_exports_only_with_the_artifacts_and_no_gpu() -> None:
     artifacts = next(v for v in services["api"]["volumes"] if v.startswith("artifacts:"))
     assert artifacts in exporter["volumes"]
     assert "deploy" not in exporter  # merges on CPU: no GPU reserved
+
+
+def test_the_compose_file_holds_no_credential() -> None:
+    """Every password and token comes from .env or the environment (scripts/compose_env.sh),
+    and compose refuses to start without it: no default anyone could read here."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    services = compose_services()
+    required = {name: f"${{{name}:?" for name in ("RFT_POSTGRES_PASSWORD", "RFT_REDIS_PASSWORD")}
+    postgres = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert postgres.startswith(required["RFT_POSTGRES_PASSWORD"])
+    assert services["redis"]["environment"]["REDISCLI_AUTH"].startswith(
+        required["RFT_REDIS_PASSWORD"]
+    )
+    assert "--requirepass" in " ".join(services["redis"]["command"])
+    for name in ("api", "worker", "inference"):
+        environment = services[name]["environment"]
+        assert f"rft:{required['RFT_POSTGRES_PASSWORD']}" in environment["RFT_DATABASE_URL"]
+        assert f"redis://:{required['RFT_REDIS_PASSWORD']}" in environment["RFT_REDIS_URL"]
+        assert environment["RFT_INFERENCE_TOKEN"].startswith("${RFT_INFERENCE_TOKEN:?")
+    # No literal password anywhere (the old file had rft/rft), and no default for a secret.
+    assert "rft:rft@" not in text and "POSTGRES_PASSWORD: rft" not in text
+    assert not re.search(r"\$\{RFT_[A-Z_]*(PASSWORD|TOKEN)[A-Z_]*:-[^}]", text)
+    script = (ROOT / "scripts" / "compose_env.sh").read_text()
+    for name in ("RFT_POSTGRES_PASSWORD", "RFT_REDIS_PASSWORD", "RFT_INFERENCE_TOKEN"):
+        assert name in script

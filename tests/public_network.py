@@ -1,0 +1,139 @@
+"""A stand-in for "the internet" that never leaves this machine: a network namespace of the
+tests' own, joined to the host by a veth pair, with HTTP, HTTPS (a self-signed certificate)
+and a TCP echo server inside it.
+
+Its addresses are a /30 of 198.51.100.0/24 (TEST-NET-2, documentation): not private, loopback
+or link-local, so the egress policy treats the inside end as a public host; the host's own end
+is an address of this machine and stays refused. Test traffic only ever goes to loopback or to
+this namespace. Needs root and iproute2 (`ip netns`): tests skip through tests/layers.py
+without them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HTTP_PORT = 8080
+HTTPS_PORT = 8443
+ECHO_PORT = 7007
+GREETING = "hello from the public side"
+
+SERVER = r"""
+import http.server, socket, socketserver, ssl, sys, threading
+
+address, cert, key, greeting = sys.argv[1:5]
+http_port, https_port, echo_port = map(int, sys.argv[5:8])
+
+class Greeter(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"{greeting} {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while data := self.request.recv(4096):
+            self.request.sendall(data)
+
+plain = http.server.ThreadingHTTPServer((address, http_port), Greeter)
+secure = http.server.ThreadingHTTPServer((address, https_port), Greeter)
+context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+context.load_cert_chain(cert, key)
+secure.socket = context.wrap_socket(secure.socket, server_side=True)
+echo = socketserver.ThreadingTCPServer((address, echo_port), Echo)
+for server in (plain, secure, echo):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@dataclass(frozen=True)
+class PublicHost:
+    address: str  # inside the namespace: "public"
+    host_address: str  # the host's end of the veth: an address of this machine
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.address}:{HTTP_PORT}"
+
+    @property
+    def https_url(self) -> str:
+        return f"https://{self.address}:{HTTPS_PORT}"
+
+
+def unavailable_reason() -> str | None:
+    """Why a public namespace cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "creating a network namespace needs root"
+    for tool in ("ip", "openssl"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+@contextlib.contextmanager
+def public_host() -> Iterator[PublicHost]:
+    # One /30 per test process, so two sessions on one machine do not share addresses.
+    slot = os.getpid() % 63
+    base = 4 * slot
+    namespace = f"rft-public-{os.getpid()}"
+    outside, inside = f"rfp{os.getpid() % 100000}h", f"rfp{os.getpid() % 100000}n"
+    host = PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
+    folder = Path(tempfile.mkdtemp(prefix="rft-public-"))
+    server: subprocess.Popen[str] | None = None
+
+    def ip(*arguments: str) -> None:
+        subprocess.run(["ip", *arguments], check=True, capture_output=True, timeout=30)
+
+    try:
+        ip("netns", "add", namespace)
+        ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        ip("link", "set", inside, "netns", namespace)
+        ip("addr", "add", f"{host.host_address}/30", "dev", outside)
+        ip("link", "set", outside, "up")
+        ip("netns", "exec", namespace, "ip", "addr", "add", f"{host.address}/30", "dev", inside)
+        ip("netns", "exec", namespace, "ip", "link", "set", inside, "up")
+        ip("netns", "exec", namespace, "ip", "link", "set", "lo", "up")
+        subprocess.run(
+            [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                "-subj", "/CN=public.test", "-keyout", str(folder / "key.pem"),
+                "-out", str(folder / "cert.pem"),
+            ],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        server = subprocess.Popen(
+            [
+                "ip", "netns", "exec", namespace, sys.executable, "-c", SERVER, host.address,
+                str(folder / "cert.pem"), str(folder / "key.pem"), GREETING,
+                str(HTTP_PORT), str(HTTPS_PORT), str(ECHO_PORT),
+            ],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert server.stdout is not None
+        if server.stdout.readline().strip() != "ready":
+            raise RuntimeError("the public side's server did not start")
+        yield host
+    finally:
+        if server is not None:
+            # The server holds the namespace open: it goes first, then the namespace and the
+            # host's end of the veth (deleting either end removes both).
+            server.kill()
+            server.wait()
+        for command in (("netns", "delete", namespace), ("link", "delete", outside)):
+            subprocess.run(["ip", *command], capture_output=True, timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
