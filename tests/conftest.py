@@ -24,8 +24,9 @@ from tests.layers import MISSING_LAYER
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MISSING_LAYER}(reason): a layer this test needs is missing and "
-        "RFT_REQUIRE_ALL_LAYERS=1 (tests/layers.py): the test fails at setup",
+        f"{MISSING_LAYER}(reason): something this test needs is missing where it is required "
+        "(RFT_REQUIRE_ALL_LAYERS, RFT_REQUIRE_GPU, RFT_REQUIRE_VLLM: tests/layers.py): the "
+        "test fails at setup",
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
+from tests.layers import needs_vllm
 
 HERE = Path(__file__).resolve().parent
 # vLLM's torch.compile cache, kept with the environment that filled it: the engine starts in
@@ -46,13 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problem = vllm_problem()
     if problem is None:
         return
-    if os.environ.get("RFT_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError(f"RFT_REQUIRE_VLLM=1, but the vLLM tests cannot run: {problem}")
-    skip = pytest.mark.skip(
-        reason=f"vLLM cannot generate here ({problem}); run them with bash scripts/test_vllm.sh"
-    )
+    missing = needs_vllm(f"vLLM cannot generate here ({problem}); run bash scripts/test_vllm.sh")
     for item in mine:
-        item.add_marker(skip)
+        item.add_marker(missing)
 
 
 @pytest.fixture(scope="session", autouse=True)
