@@ -103,6 +103,17 @@ def ok(outcome: ToolOutcome) -> object:
     return outcome.result
 
 
+@contextlib.contextmanager
+def tool_time_limit(sandbox: ProcessAgentSandbox, seconds: float) -> Iterator[None]:
+    """The module's sandbox with another per-call limit, for one test."""
+    before = sandbox.limits
+    sandbox.limits = dataclasses.replace(before, tool_timeout_s=seconds)
+    try:
+        yield
+    finally:
+        sandbox.limits = before
+
+
 def assert_still_works(sandbox: ProcessAgentSandbox) -> None:
     assert ok(sandbox.call([ToolCall("echo", {"text": "still here"})])[0]) == "still here"
 
@@ -499,7 +510,9 @@ def test_a_tool_that_kills_its_process_loses_only_the_rollouts(
 
 def test_a_memory_hog_costs_only_its_call(sandbox: ProcessAgentSandbox) -> None:
     sandbox.load(FAULTS, [])
-    outcome = sandbox.call([ToolCall("hog", {})])[0]
+    # Room to reach the memory limit on a loaded host: at the module's 0.5 s it once timed out.
+    with tool_time_limit(sandbox, 30):
+        outcome = sandbox.call([ToolCall("hog", {})])[0]
     assert outcome.error is not None
     # RLIMIT_AS raises MemoryError; a cgroup's OOM kill would end the process instead.
     assert outcome.error.kind in (ToolErrorKind.EXCEPTION, ToolErrorKind.KILLED)
@@ -517,17 +530,6 @@ def test_a_process_that_stops_answering_is_killed_at_the_hard_deadline(
 
 
 # -- concurrency --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def tool_time_limit(sandbox: ProcessAgentSandbox, seconds: float) -> Iterator[None]:
-    """The module's sandbox with another per-call limit, for one test."""
-    before = sandbox.limits
-    sandbox.limits = dataclasses.replace(before, tool_timeout_s=seconds)
-    try:
-        yield
-    finally:
-        sandbox.limits = before
 
 
 def test_calls_run_concurrently(sandbox: ProcessAgentSandbox) -> None:
