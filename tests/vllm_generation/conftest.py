@@ -8,7 +8,6 @@ in the environment built for them, a skip would hide a broken install.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +17,13 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
 from tests.layers import needs_vllm
+from workers.compiled_caches import vllm_compile_cache_dir
 
 HERE = Path(__file__).resolve().parent
-# vLLM's torch.compile cache, kept with the environment that filled it: the engine starts in
-# ~9 s with it, ~30 s without (on 2 cores). A new environment starts a new cache.
-VLLM_CACHE_ROOT = Path(sys.prefix) / "vllm-cache"
+# vLLM's torch.compile cache, under the user's cache folder keyed by the vLLM, torch and
+# transformers pins (workers/compiled_caches.py): the engine starts in ~9 s with it, ~30 s
+# without (on 2 cores), so a fresh clone or .venv-vllm with the same pins starts warm.
+VLLM_CACHE_ROOT = vllm_compile_cache_dir()
 # The tiny model at a fixed path: vLLM's compile cache is keyed by the model's path, so a model
 # built under each session's temporary directory would be compiled afresh every time.
 MODEL_CACHE_DIR = VLLM_CACHE_ROOT / "models"
