@@ -41,10 +41,10 @@ def pinned_versions(distributions: Sequence[str]) -> list[str]:
     return lines
 
 
-def keyed_cache_dir(kind: str, distributions: Sequence[str]) -> Path:
+def keyed_cache_dir(kind: str, distributions: Sequence[str], also: Sequence[str] = ()) -> Path:
     """``rft/<kind>/<hash of the versions>`` under the user's cache folder, created, with its
-    versions.txt."""
-    versions = "\n".join(pinned_versions(distributions)) + "\n"
+    versions.txt. ``also``: more lines the key stands for (e.g. a hash of the builder's code)."""
+    versions = "\n".join([*pinned_versions(distributions), *also]) + "\n"
     key = hashlib.sha256(versions.encode()).hexdigest()[:16]
     folder = user_cache_home() / kind / key
     folder.mkdir(parents=True, exist_ok=True)
