@@ -2,12 +2,16 @@
 # Every check that needs a GPU, in one command, for a GPU machine (one H100 is enough; the
 # whole run fits in RFT_GPU_CHECK_BUDGET_S, 40 minutes by default). In order:
 #   1. setup: a GPU environment (.venv-gpu): PyPI's CUDA build of the pinned torch, then this
-#      project with the api, worker, embedded, dev and vllm extras (pyproject.toml) at the main
-#      environment's pins, and the SDK;
+#      project with the api, worker, embedded, dev, vllm and qlora extras (pyproject.toml) at
+#      the main environment's pins, and the SDK;
 #   2. tests/gpu: the GPU tests that fit this machine's GPUs (those needing two are skipped,
 #      saying so);
 #   3. tests/vllm_generation on CUDA (RFT_REQUIRE_VLLM=1: vLLM missing there is an error);
 #   4. bench/bench_gpu_vllm.py: the service against bare TRL + vLLM, vLLM's tokens/s.
+# The tests run with RFT_REQUIRE_GPUS=<the GPUs the driver lists> (tests/layers.py): a test
+# that fits this machine but cannot run (torch sees no CUDA, bitsandbytes missing for QLoRA)
+# fails its part instead of skipping. A part that could not run at all (vLLM not installed)
+# is reported NOT RUN and fails the check, unless RFT_GPU_WITHOUT_VLLM=1 says it is not wanted.
 # It writes one report, gpu-report.md, in $OUT when set, else here, with each part's result,
 # time and output tail (and each part's whole log beside it).
 #
@@ -22,11 +26,12 @@
 #
 # A GPU machine whose Python already holds a CUDA torch (and numpy, pandas, pyarrow,
 # accelerate, tokenizers, huggingface_hub...) but neither a registry nor room for torch's wheels:
-# `--download-overlay DIR` fills DIR with the rest (scripts/gpu_overlay_requirements.txt, ~50 MB,
-# no torch, no vLLM); there, `RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh --overlay DIR`
-# installs them beside that Python's packages (pip --target, no dependency resolution) and runs
-# the checks with them. vLLM's wheels are too large to bring that way: its tests are then
-# reported as not run, and the bench compares with transformers' generate().
+# `--download-overlay DIR` fills DIR with the rest (scripts/gpu_overlay_requirements.txt, ~95 MB
+# with QLoRA's bitsandbytes, no torch, no vLLM); there, `RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh
+# --overlay DIR` installs them beside that Python's packages (pip --target, no dependency
+# resolution) and runs the checks with them. vLLM's wheels are too large to bring that way: its
+# tests are then NOT RUN (a failure, or with RFT_GPU_WITHOUT_VLLM=1 a note), and the bench
+# compares with transformers' generate().
 #
 # Usage: bash scripts/gpu_check.sh [--dry-run] [--wheelhouse DIR] [--download-wheels DIR]
 #        [--overlay DIR] [--download-overlay DIR]
@@ -43,7 +48,7 @@ REPORT="$REPORT_DIR/gpu-report.md"
 # transformers 5.23; PyPI's Linux torch wheel is the CUDA build.
 TORCH_PIN="torch==2.13.0"
 PINS="vllm==0.30.0 transformers==5.23.0 trl==1.16.0"
-EXTRAS="api,worker,embedded,dev,vllm"
+EXTRAS="api,worker,embedded,dev,vllm,qlora"
 # Caps per part (seconds); each part also stops at the whole run's budget.
 SETUP_CAP_S=900
 GPU_TESTS_CAP_S="${RFT_GPU_TESTS_CAP_S:-600}"
@@ -63,7 +68,7 @@ while [ $# -gt 0 ]; do
     --download-wheels) download_to="$2"; shift ;;
     --overlay) overlay="$2"; shift ;;
     --download-overlay) download_overlay_to="$2"; shift ;;
-    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -95,10 +100,12 @@ print_plan() {
   local gpus="$1"
   echo "gpu_check plan: budget ${BUDGET_S} s on this machine's GPUs; report: $REPORT"
   echo "1. setup [cap ${SETUP_CAP_S} s]: $setup_command"
-  echo "2. tests/gpu [cap ${GPU_TESTS_CAP_S} s]: pytest tests/gpu -rs; tests needing" \
-    "$GPUS_PER_JOB GPUs are skipped with their reason on a machine with fewer"
-  echo "3. tests/vllm_generation [cap ${VLLM_TESTS_CAP_S} s]: RFT_REQUIRE_VLLM=1 pytest" \
-    "tests/vllm_generation -rs (server mode needs 2 GPUs: skipped with its reason on one)"
+  echo "2. tests/gpu [cap ${GPU_TESTS_CAP_S} s]: RFT_REQUIRE_GPUS=$gpus pytest tests/gpu -rs;" \
+    "tests needing $GPUS_PER_JOB GPUs are skipped with their reason on a machine with fewer," \
+    "any other skip fails"
+  echo "3. tests/vllm_generation [cap ${VLLM_TESTS_CAP_S} s]: RFT_REQUIRE_VLLM=1" \
+    "RFT_REQUIRE_GPUS=$gpus pytest tests/vllm_generation -rs (server mode needs 2 GPUs:" \
+    "skipped with its reason on one); NOT RUN, a failure, where vLLM is not installed"
   echo "4. bench [cap: the rest of the budget]: python bench/bench_gpu_vllm.py"
   if [ "$gpus" -gt 0 ]; then
     echo "CUDA here: $gpus GPU(s): parts 1-4 run"
@@ -115,7 +122,7 @@ if [ -n "$download_overlay_to" ]; then
   version="${RFT_GPU_PYTHON_VERSION:-3.12}"
   platforms=()
   for tag in manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 \
-    manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+    manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
     platforms+=(--platform "$tag")
   done
   mkdir -p "$download_overlay_to"
@@ -214,6 +221,7 @@ part() {
   local result
   case "$rc" in
     0) result="ok" ;;
+    5) result="failed: no tests ran" ;;
     124 | 137) result="timed out after ${cap} s" ;;
     *) result="failed (exit $rc)" ;;
   esac
@@ -337,20 +345,40 @@ probe = probe_cuda()
 print('worker probe:', probe)
 print('worker start-up check:', probe.problem() or 'ok')
 assert probe.usable_gpus > 0 and probe.problem() is None, 'the worker would not use this GPU'"
-part tests-gpu "$GPU_TESTS_CAP_S" "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu
+# RFT_REQUIRE_GPUS: a test this machine's GPUs fit fails rather than skips (tests/layers.py).
+part tests-gpu "$GPU_TESTS_CAP_S" env RFT_REQUIRE_GPUS="$GPUS" "$PY" -m pytest -q -rs \
+  -p no:cacheprovider tests/gpu
 if "$PY" -c "import vllm" >/dev/null 2>&1; then
-  part tests-vllm "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 "$PY" -m pytest -q -rs \
-    -p no:cacheprovider tests/vllm_generation
+  part tests-vllm "$VLLM_TESTS_CAP_S" env RFT_REQUIRE_VLLM=1 RFT_REQUIRE_GPUS="$GPUS" "$PY" \
+    -m pytest -q -rs -p no:cacheprovider tests/vllm_generation
+elif [ "${RFT_GPU_WITHOUT_VLLM:-0}" = 1 ]; then
+  rows+=("| tests-vllm | NOT RUN (RFT_GPU_WITHOUT_VLLM=1): vLLM is not installed for $PY; nothing on the vLLM path ran | 0 s |")
+  notes+=("NOT RUN: tests/vllm_generation (vLLM is not installed; RFT_GPU_WITHOUT_VLLM=1)")
+  echo "== tests-vllm: NOT RUN: vLLM is not installed for $PY (RFT_GPU_WITHOUT_VLLM=1)" >&2
 else
-  rows+=("| tests-vllm | skipped: vLLM is not installed for $PY (nothing on the vLLM path ran) | 0 s |")
-  notes+=("vLLM is not installed: tests/vllm_generation did not run on CUDA")
+  rows+=("| tests-vllm | NOT RUN, a failure: vLLM is not installed for $PY; nothing on the vLLM path ran (RFT_GPU_WITHOUT_VLLM=1 if that is intended) | 0 s |")
+  notes+=("NOT RUN: tests/vllm_generation (vLLM is not installed)")
+  echo "== tests-vllm: NOT RUN: vLLM is not installed for $PY: the check fails" >&2
 fi
 # shellcheck disable=SC2086 # BENCH_ARGS: several arguments
 part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py $BENCH_ARGS
 
 failed=0
+not_run=()
 for row in "${rows[@]}"; do
-  case "$row" in *"| ok"* | *"| skipped"*) ;; *) failed=1 ;; esac
+  case "$row" in
+    *"| ok"* | *"| skipped"*) ;;
+    *"| NOT RUN (RFT_GPU_WITHOUT_VLLM=1)"*) not_run+=("$(echo "$row" | cut -d'|' -f2 | xargs)") ;;
+    *) failed=1 ;;
+  esac
 done
-write_report "CUDA: $GPUS GPU(s). $([ "$failed" = 0 ] && echo 'Every part passed.' || echo 'Some parts did not pass: see below.')"
+if [ "$failed" = 1 ]; then
+  verdict="Some parts did not pass or did not run: see below."
+elif [ "${#not_run[@]}" -gt 0 ]; then
+  verdict="Every part that ran passed; NOT RUN: ${not_run[*]}."
+else
+  verdict="Every part passed."
+fi
+write_report "CUDA: $GPUS GPU(s). $verdict"
+echo "$verdict"
 exit "$failed"

@@ -7,6 +7,7 @@ stores is visible to another, exactly as between real customers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -20,13 +21,27 @@ import pytest
 from service.stack import LocalStack
 from tests.layers import MISSING_LAYER, skip_missing_layer
 from tests.public_network import PublicHost, public_host, unavailable_reason
+from workers.compiled_caches import keyed_cache_dir
+from workers.training.tiny_model import tiny_model_dir
+from workers.training.tiny_reward_model import tiny_reward_model_dir
+from workers.training.tiny_tool_model import tiny_tool_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+# The built-in models a stack builds on first use (~10 s each on 2 cores, ~15 s the tool model)
+# and the code that builds them: a change to that code, or to a version below, builds anew.
+BUILT_IN_MODELS = tuple(
+    folder(Path()).name for folder in (tiny_model_dir, tiny_tool_model_dir, tiny_reward_model_dir)
+)
+MODEL_BUILDERS = ("model_building", "tiny_model", "tiny_tool_model", "tiny_reward_model")
+MODEL_BUILD_PINS = ("torch", "transformers", "tokenizers", "trl", "peft", "safetensors")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MISSING_LAYER}(reason): a layer this test needs is missing and "
-        "RFT_REQUIRE_ALL_LAYERS=1 (tests/layers.py): the test fails at setup",
+        f"{MISSING_LAYER}(reason): something this test needs is missing where it is required "
+        "(RFT_REQUIRE_ALL_LAYERS, RFT_REQUIRE_GPU, RFT_REQUIRE_VLLM: tests/layers.py): the "
+        "test fails at setup",
     )
 
 
@@ -36,17 +51,54 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(str(missing.args[0]), pytrace=False)
 
 
+def built_in_models_kept() -> Path:
+    """Where built-in models built by earlier sessions wait, under the user's cache folder,
+    keyed by the versions and the builders' code (workers/compiled_caches.py)."""
+    builders = hashlib.sha256()
+    for name in MODEL_BUILDERS:
+        builders.update((ROOT / "workers" / "training" / f"{name}.py").read_bytes())
+    return keyed_cache_dir(
+        "built-in-models", MODEL_BUILD_PINS, [f"builders {builders.hexdigest()}"]
+    )
+
+
+@contextlib.contextmanager
+def built_in_models_reused(cache: Path) -> Iterator[Path]:
+    """``cache`` (a session's own model cache) starts with the built-in models earlier sessions
+    built, copied in; those this session built are kept for the next. Only the finished model
+    folders travel, never what jobs leave beside them (archives, downloads)."""
+    kept = built_in_models_kept()
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in BUILT_IN_MODELS:
+        if (kept / name / "config.json").is_file() and not (cache / name).exists():
+            shutil.copytree(kept / name, cache / name)
+    try:
+        yield cache
+    finally:
+        for name in BUILT_IN_MODELS:
+            if (cache / name / "config.json").is_file() and not (kept / name).exists():
+                staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=kept))
+                shutil.copytree(cache / name, staging, dirs_exist_ok=True)
+                with contextlib.suppress(OSError):  # another session kept it first
+                    os.rename(staging, kept / name)
+                shutil.rmtree(staging, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[LocalStack]:
     # Not under pytest's tmp dir: that is mode 700, and embedded Postgres runs as its own user.
     state_dir = Path(os.environ.get("RFT_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="rft-test-"))
+    models = built_in_models_reused(state_dir / "models")  # the stack's default model cache
     # Servers given by the environment are used as they are; otherwise embedded ones start.
-    with LocalStack(
-        state_dir,
-        database_url=os.environ.get("RFT_TEST_DATABASE_URL"),
-        redis_url=os.environ.get("RFT_TEST_REDIS_URL"),
-        workers=1,
-    ) as running:
+    with (
+        models,
+        LocalStack(
+            state_dir,
+            database_url=os.environ.get("RFT_TEST_DATABASE_URL"),
+            redis_url=os.environ.get("RFT_TEST_REDIS_URL"),
+            workers=1,
+        ) as running,
+    ):
         os.environ["RFT_DATABASE_URL"] = running.database_url or ""
         os.environ["RFT_REDIS_URL"] = running.redis_url or ""
         os.environ["RFT_STATE_DIR"] = str(state_dir)
@@ -76,9 +128,11 @@ def public_side() -> Iterator[PublicHost]:
 @pytest.fixture(scope="session")
 def shared_model_cache() -> Iterator[Path]:
     """The built-in models, built once for the stacks of their own (each would build them
-    again, ~15 s for rft-tiny-tools): builds are locked and land with one rename."""
+    again, ~15 s for rft-tiny-tools): builds are locked and land with one rename. Models an
+    earlier session built are copied in (built_in_models_reused)."""
     cache = Path(tempfile.mkdtemp(prefix="rft-test-models-"))
-    yield cache
+    with built_in_models_reused(cache):
+        yield cache
     shutil.rmtree(cache, ignore_errors=True)
 
 

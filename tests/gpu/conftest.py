@@ -20,6 +20,7 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
+from tests.layers import needs_gpu
 
 GPUS_PER_JOB = 2
 HERE = Path(__file__).resolve().parent
@@ -40,9 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if HERE not in item.path.parents:
             continue
         module = getattr(item, "module", None)
-        problem = gpu_problem(getattr(module, "GPUS_NEEDED", GPUS_PER_JOB))
+        needed = getattr(module, "GPUS_NEEDED", GPUS_PER_JOB)
+        problem = gpu_problem(needed)
         if problem is not None:
-            item.add_marker(pytest.mark.skip(reason=f"GPU test: {problem}"))
+            item.add_marker(needs_gpu(problem, needed))
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,12 @@ is saved whole, and a job that loses its worker resumes from its (FSDP) checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import io
-import shutil
-import subprocess
+import os
+import re
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -56,17 +58,21 @@ def adapter_tensors(client: httpx.Client, job_id: str) -> dict[str, Any]:
         return load(member.read())
 
 
-def processes_on_gpus() -> set[int] | None:
-    """Pids with a CUDA context, per the driver; None where nvidia-smi is missing."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    output = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {int(line) for line in output.split() if line.strip().isdigit()}
+GPU_DEVICE_FILE = re.compile(r"/dev/nvidia\d+$")
+
+
+def gpu_device_files(pid: int) -> set[str]:
+    """The GPU device files (/dev/nvidia0, ...) process ``pid`` holds open: a process with a
+    CUDA context holds its GPU's. Read from /proc, so unlike nvidia-smi's process list (host
+    pids, or none, inside a container) it names this machine's pids."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    opened = set()
+    for fd in fd_dir.iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(fd)
+            if GPU_DEVICE_FILE.match(target):
+                opened.add(target)
+    return opened
 
 
 def assert_ranks_on_gpus(stack: LocalStack, client: httpx.Client, job_id: str) -> None:
@@ -74,9 +80,8 @@ def assert_ranks_on_gpus(stack: LocalStack, client: httpx.Client, job_id: str) -
     wait_until(client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=900)
     ranks = rank_pids(stack.workers[0].pid)
     assert sorted(ranks) == list(range(GPUS_PER_JOB)), ranks
-    on_gpus = processes_on_gpus()
-    if on_gpus is not None:  # in a container the driver may list host pids: then it says none
-        assert not on_gpus or set(ranks.values()) <= on_gpus, (ranks, on_gpus)
+    on_gpus = {rank: gpu_device_files(pid) for rank, pid in ranks.items()}
+    assert all(on_gpus.values()), on_gpus
 
 
 def test_an_fsdp_job_trains_on_two_gpus_and_saves_the_whole_adapter(

@@ -9,6 +9,7 @@ it in bf16, the job checkpoints and finishes, and its adapter answers differentl
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 
@@ -28,6 +29,7 @@ from tests.integration.helpers import (
     wait_for,
 )
 from tests.integration.test_multi_rank import worker_logs
+from tests.layers import skip_without_gpu
 from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = pytest.mark.integration
@@ -54,6 +56,13 @@ def one_gpu_stack() -> Iterator[LocalStack]:
 def one_gpu_client(one_gpu_stack: LocalStack) -> Iterator[httpx.Client]:
     with tenant_client(one_gpu_stack) as http:
         yield http
+
+
+def training_lines_since(stack: LocalStack, seen: int) -> list[str]:
+    """The workers' "training on <device> in <dtype>" lines (one per rank, from
+    workers/training/model_options.py), after the first ``seen``."""
+    lines = worker_logs(stack).splitlines()
+    return [line for line in lines if "training on " in line][seen:]
 
 
 def test_the_start_up_check_sees_a_usable_gpu() -> None:
@@ -103,7 +112,8 @@ def test_a_qlora_job_with_the_8bit_optimizer_trains_on_one_gpu(
 ) -> None:
     """QLoRA: the frozen base in 4-bit NF4 (bitsandbytes), a bf16 LoRA adapter over it, and
     bitsandbytes' 8-bit AdamW. Needs the `qlora` extra on the worker."""
-    pytest.importorskip("bitsandbytes", reason="the qlora extra (bitsandbytes) is not installed")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        skip_without_gpu("QLoRA: the qlora extra (bitsandbytes) is not installed")
     job = train_a_share_job(
         one_gpu_client, train_steps=3, quantization="4bit", optimizer="adamw_8bit"
     )
@@ -121,7 +131,7 @@ def test_an_sft_warm_up_then_a_grpo_job_from_it_on_one_gpu(
     one_gpu_stack: LocalStack, one_gpu_client: httpx.Client
 ) -> None:
     """Issue 23's pipeline on a GPU: a supervised job (TRL's SFTTrainer, bf16), then a GRPO
-    job that starts from its adapter (init_from)."""
+    job that starts from its adapter (init_from). Each says where it trained and in what."""
     rows = [
         {
             "messages": [
@@ -131,6 +141,7 @@ def test_an_sft_warm_up_then_a_grpo_job_from_it_on_one_gpu(
         }
         for i in range(16)
     ]
+    seen = len(training_lines_since(one_gpu_stack, 0))
     sft = create_job(
         one_gpu_client,
         {
@@ -141,6 +152,9 @@ def test_an_sft_warm_up_then_a_grpo_job_from_it_on_one_gpu(
     )
     finished = wait_for(one_gpu_client, str(sft["id"]), timeout_s=300)
     assert finished["status"] == "succeeded", finished["failure_reason"]
+    (sft_trained_on,) = training_lines_since(one_gpu_stack, seen)
+    assert "training on cuda" in sft_trained_on and "in bfloat16" in sft_trained_on
+    seen += 1
     losses = [s["loss"] for s in all_pages(one_gpu_client, f"/v1/jobs/{sft['id']}/steps")]
     assert len(losses) == 6 and losses[-1] < losses[0], losses
 
@@ -157,6 +171,9 @@ def test_an_sft_warm_up_then_a_grpo_job_from_it_on_one_gpu(
     finished = wait_for(one_gpu_client, str(grpo["id"]), timeout_s=300)
     assert finished["status"] == "succeeded", finished["failure_reason"]
     assert finished["parent_job_id"] == sft["id"]
+    (grpo_trained_on,) = training_lines_since(one_gpu_stack, seen)
+    assert "training on cuda" in grpo_trained_on and "in bfloat16" in grpo_trained_on
+    assert "from init_from's adapter" in grpo_trained_on
 
 
 def test_full_fine_tuning_on_one_gpu(

@@ -9,7 +9,6 @@ greedy decoding.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import json
 import shutil
@@ -30,6 +29,7 @@ from tests.integration.helpers import (
     chat,
     train_a_share_job,
 )
+from tests.layers import needs_module
 from workers.training.tiny_model import ensure_tiny_model
 
 TRAIN_STEPS = 8
@@ -47,16 +47,6 @@ def trained_job(stack: LocalStack, tenant: httpx.Client) -> dict[str, Any]:
     finished = train_a_share_job(tenant, train_steps=TRAIN_STEPS, checkpoint_every=CHECKPOINT_EVERY)
     stack.start_inference()
     return finished
-
-
-def test_without_an_inference_server_the_answer_is_a_503_naming_the_setting(
-    stack: LocalStack, tenant: httpx.Client
-) -> None:
-    if stack.inference is not None:
-        pytest.skip("this session's inference server is already running")
-    response = chat(tenant, "rft-tiny")
-    assert response.status_code == 503, response.text
-    assert "RFT_INFERENCE_URL" in response.json()["detail"]
 
 
 def test_the_adapter_answers_differently_from_its_base_model(
@@ -321,7 +311,7 @@ def test_sdk_and_cli(stack: LocalStack, tenant_key: str, trained_job: dict[str, 
     assert missing.exit_code == 1 and "job_missing" in missing.output
 
 
-@pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="openai not installed")
+@needs_module("openai", "the dev extra")
 def test_the_official_openai_client(
     stack: LocalStack, tenant_key: str, trained_job: dict[str, Any]
 ) -> None:

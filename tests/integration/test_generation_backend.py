@@ -17,13 +17,15 @@ import pytest
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
+from tests.layers import needs_layer
 from tests.tiny import TINY_HYPERPARAMETERS
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is not None,
-        reason="vllm is installed here; these tests are about a worker without it",
+    # The main environment (CI's) has no vllm by design: there these tests always run.
+    needs_layer(
+        importlib.util.find_spec("vllm") is None,
+        "vllm is installed here; these tests are about a worker without it",
     ),
 ]
 

@@ -9,7 +9,6 @@ process behind. Requests no worker can hold are refused.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import statistics
@@ -32,6 +31,7 @@ from tests.integration.helpers import (
     wait_for,
     wait_until,
 )
+from tests.layers import needs_module
 from tests.processes import rank_pids, training_processes, wait_gone
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.queue import live_workers
@@ -49,10 +49,7 @@ COUNTING_REWARD = (
     "    print(f'scored {len(completions)}')\n"
     "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
 )
-NEEDS_DEEPSPEED = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="DeepSpeed is not installed (the deepspeed extra)",
-)
+NEEDS_DEEPSPEED = needs_module("deepspeed", "the deepspeed extra")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
 from sandbox.process import ProcessSandbox
 from sandbox.settings import SandboxSettings
-from tests.layers import needs_layer
+from tests.layers import needs_layer, skip_busy_host
 
 BWRAP = detect_isolation()
 MODES = [
@@ -133,7 +133,7 @@ def test_slow_cpu_bound_functions_stay_on_one_thread(sandbox: ProcessSandbox) ->
     result = sandbox.score(batch(8))["busy"]
     shares = [float(line.split()[-1]) for line in result.logs.splitlines()]
     if min(shares) < 0.2:
-        pytest.skip(f"the host is too loaded to tell CPU-bound code from waiting: {shares}")
+        skip_busy_host(f"too loaded to tell CPU-bound code from waiting: {shares}")
     assert result.scores == [1.0] * 8
 
 

@@ -35,8 +35,8 @@ needs_bwrap = needs_layer(BWRAP, f"bubblewrap is not usable here: {BWRAP.reason}
 needs_cgroups = needs_layer(
     CGROUPS.host is not None, f"the host offers no sandbox cgroups: {CGROUPS.reason}"
 )
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="the unfiltered control runs the probes with root's privileges"
+needs_root = needs_layer(
+    os.geteuid() == 0, "the unfiltered control runs the probes with root's privileges"
 )
 
 # Each probe makes one refused call in a forked child, with arguments chosen so that, were the
@@ -274,7 +274,8 @@ def test_refused_syscalls_fail_with_eperm_from_the_filter(unfiltered: dict[str, 
 
 @needs_bwrap
 def test_threads_subprocess_asyncio_sockets_and_numpy_still_work() -> None:
-    numpy = pytest.importorskip("numpy")
+    import numpy
+
     source = """
     import asyncio, concurrent.futures, os, socket, subprocess
     import numpy

@@ -45,7 +45,8 @@ def test_upload_a_dataframe(rft_client: rft.Client) -> None:
 
 
 def test_upload_a_hugging_face_dataset(rft_client: rft.Client) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     dataset = rft_client.datasets.upload(datasets.Dataset.from_list(ROWS), name="hf")
     assert dataset.row_count == 3
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.api import RewardFunctionSpec, ScoringBatch
+from tests.layers import skip_missing_layer
 from tests.processes import alive, descendants
 from workers.job_sandbox import JobSandbox
 from workers.training.rank_process import (
@@ -167,12 +168,12 @@ FRESH_PROCESS = "starting the job in a fresh process"
 
 def spare_command(privileged: bool) -> list[str]:
     if not can_lower_threads():
-        pytest.skip("per-thread priorities are Linux's")
+        skip_missing_layer("per-thread priorities are Linux's")
     command = [sys.executable, "-m", "workers.training.rank_process", "--spare"]
     if privileged == _may_raise_priority():
         return command
     if privileged or os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root (with CAP_SYS_NICE) and setpriv")
+        skip_missing_layer("needs root (with CAP_SYS_NICE) and setpriv")
     return WITHOUT_SYS_NICE + command
 
 
@@ -313,14 +314,17 @@ def test_a_starved_warm_up_that_cannot_be_raised_gives_way_to_a_fresh_process(
 ) -> None:
     command = spare_command(privileged=False)
     if shutil.which("taskset") is None:
-        pytest.skip("needs taskset")
+        skip_missing_layer("needs taskset")
     normal = ThreadPriority.of(os.getpid())
     log = tmp_path / "spare.log"
     # A busy process at the worker's priority on the one CPU the spare may use: the warm-up
-    # thread (SCHED_IDLE) gets next to nothing, and the process may not raise it.
-    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    # thread (SCHED_IDLE, weight 3 against the hog's 1024) gets next to nothing however
+    # loaded the host is, and the process may not raise it. A CPU this process may use (CPU 0
+    # may lie outside a container's set).
+    cpu = str(max(os.sched_getaffinity(0)))
+    hog = subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c", "while True: pass"])
     try:
-        with spare_process(["taskset", "-c", "0", *command], log) as spare:
+        with spare_process(["taskset", "-c", cpu, *command], log) as spare:
             wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
 
             def free_the_cpu_once_given_up() -> None:

@@ -102,7 +102,18 @@ def test_7b_at_the_defaults_on_an_80_gib_gpu() -> None:
     shape = ModelShape.from_config(QWEN25_7B)
     plan = plan_memory(shape, job(), 80.0)
     assert plan.fits
-    assert plan.vllm_weights_gib == pytest.approx(shape.weight_bytes() / GIB)
+    # Every number below is worked out here from the config, not read back from the plan.
+    # Parameters without q/k/v biases: embeddings and the untied output layer, then per layer
+    # q and o (3584 x 3584), k and v (3584 x 512), the MLP's three 3584 x 18944, two norms.
+    per_layer = 2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944 + 2 * 3584
+    parameters = 2 * 152064 * 3584 + 28 * per_layer + 3584
+    assert parameters == 7_615_487_488  # the index's 7_615_616_512 less 28 x 4608 biases
+    weights_gib = parameters * 2 / GIB  # bf16
+    assert plan.vllm_weights_gib == pytest.approx(weights_gib)
+    assert plan.trainer_weights_gib == pytest.approx(weights_gib)  # the trainer's own copy
+    # LoRA r16 on every linear: fp32 weight and gradient, Adam's two fp32 moments.
+    lora_gib = 40_370_176 * (4 + 4 + 4 + 4) / GIB
+    assert plan.lora_gib == pytest.approx(lora_gib)
     # 4 prompts x 8 completions of 512 + 512 tokens.
     assert plan.kv_tokens == 32 * 1024
     assert plan.kv_gib == pytest.approx(32 * 1024 * 57_344 / GIB) == 1.75
@@ -111,16 +122,12 @@ def test_7b_at_the_defaults_on_an_80_gib_gpu() -> None:
     tokens = 16 * 1024
     kept = 28 * tokens * 3584 * 2 + tokens * 2 * (12 * 3584 + 4 * 18944)
     logits = 16 * 512 * 152064 * 6
-    assert plan.activations_gib == pytest.approx((kept + logits) / GIB)
-    assert plan.total_gib == pytest.approx(
-        plan.vllm_weights_gib
-        + plan.kv_gib
-        + 2.0
-        + plan.trainer_weights_gib
-        + plan.lora_gib
-        + plan.activations_gib
-        + 1.5
-    )
+    activations_gib = (kept + logits) / GIB
+    assert plan.activations_gib == pytest.approx(activations_gib)
+    # vLLM: weights, KV cache, 2 GiB runtime; the trainer: weights, LoRA, activations, 1.5 GiB.
+    kv_gib = 1.75
+    total_gib = weights_gib + kv_gib + 2.0 + weights_gib + lora_gib + activations_gib + 1.5
+    assert plan.total_gib == pytest.approx(total_gib)
     assert plan.total_gib == pytest.approx(47.9, abs=0.05)
     # vLLM gets what it needs plus half of what is left: (18.0 + (80 - 47.9) / 2) / 80.
     assert plan.utilization == 0.42

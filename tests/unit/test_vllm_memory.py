@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from sandbox.api import RewardFunctionSpec
 from service.jobs.hyperparameters import Hyperparameters
@@ -16,9 +17,6 @@ from workers.failures import GenerationSetupError
 from workers.training.generation import Generation
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
 
 GIB = 1024**3
 SOURCE = "def one(prompt, completion, example):\n    return 1.0\n"

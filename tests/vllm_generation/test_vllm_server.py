@@ -22,6 +22,7 @@ import torch
 from service.demo import demo_dataset
 from service.embedded import free_port
 from service.jobs.hyperparameters import Hyperparameters
+from tests.layers import needs_gpu
 from tests.tiny import TINY_HYPERPARAMETERS
 from tests.training.harness import RecordingObserver, letter_config, reward_sandbox
 from tests.vllm_generation.conftest import MODEL_CACHE_DIR
@@ -31,18 +32,19 @@ from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.step_records import StepRecord
 from workers.training.tiny_model import ensure_tiny_model
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        not torch.cuda.is_available(),
-        reason="vLLM server mode needs CUDA: TRL syncs weights to the server over NCCL, "
-        "which cannot run on CPU",
-    ),
-    pytest.mark.skipif(
-        torch.cuda.device_count() < 2,
-        reason="vLLM server mode needs two GPUs: NCCL refuses a server and a trainer on one",
-    ),
-]
+
+def server_mode_problem() -> str | None:
+    if not torch.cuda.is_available():
+        return (
+            "vLLM server mode needs CUDA: TRL syncs weights to the server over NCCL, which "
+            "cannot run on CPU"
+        )
+    if torch.cuda.device_count() < 2:
+        return "vLLM server mode needs two GPUs: NCCL refuses a server and a trainer on one"
+    return None
+
+
+pytestmark = [pytest.mark.vllm, needs_gpu(server_mode_problem(), gpus=2)]
 
 SERVER_START_TIMEOUT_S = 600
 

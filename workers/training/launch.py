@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
+from workers.compiled_caches import torch_extensions_dir
 from workers.failures import EngineUnavailable, TrainingProcessError
 from workers.training.engines import (
     ACCELERATE_CONFIG,
@@ -202,9 +203,11 @@ def _launch(
             "-m", RANK_MODULE, str(job_dir),
         ]  # fmt: skip
         # DeepSpeed JIT-builds its CPU communication op on first use (minutes): built once
-        # into the environment, every later job loads it.
+        # per torch/DeepSpeed/Python pins under the user's cache folder, every later job (and
+        # every environment with the same pins) loads it.
         env = dict(os.environ)
-        env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
+        if "TORCH_EXTENSIONS_DIR" not in env:
+            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
         return _start_rank_process("--exec", "--", *accelerate, env=env)
     release_engine_holder()  # a new process: whatever the holder keeps, this job needs room
     if num_processes == 1 and rendezvous is None:

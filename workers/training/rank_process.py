@@ -232,7 +232,13 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
     # while idle, a rank of torchrun or accelerate launch does it here (no scan, instant).
     gc.freeze()
     rank = int(os.environ.get("RANK", "0"))
-    logger.info("rank %d of %s, engine: %s", rank, os.environ.get("WORLD_SIZE", "1"), _engine())
+    engine = _engine()
+    logger.info("rank %d of %s, engine: %s", rank, os.environ.get("WORLD_SIZE", "1"), engine)
+    if engine.startswith("deepspeed"):
+        from workers.compiled_caches import adopt_built_deepspeed_ops
+
+        for name in adopt_built_deepspeed_ops():
+            logger.info("DeepSpeed op %s: built earlier for these pins, loaded", name)
     worker = Client(str(job_dir / WORKER_SOCKET), family="AF_UNIX") if rank == 0 else None
     sandbox: JobSandbox | None = None
     try:
