@@ -127,9 +127,15 @@ class Job(Base):
         Json, default=list, server_default=text("'[]'::jsonb")
     )
     adapter_path: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # What the run warned about (workers.training_signals): [{"kind", "step", "message", ...}].
+    # What the run warned about (workers.training_signals) and the guards that tripped
+    # (workers.guards): [{"kind", "step", "message", ...}].
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(
         Json, default=list, server_default=text("'[]'::jsonb")
+    )
+    # Guards against reward hacking (service.jobs.guard_settings): thresholds and pause_on,
+    # as given; '{}' reads as the defaults.
+    guards: Mapped[dict[str, Any]] = mapped_column(
+        Json, default=dict, server_default=text("'{}'::jsonb")
     )
     # Where validation prompts come from: another dataset of the tenant, or a held-out share
     # of the training rows (at most one of the two; neither: no evaluation).

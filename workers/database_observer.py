@@ -18,12 +18,15 @@ from service.artifacts.repository import CheckpointRepository
 from service.artifacts.storage import ArtifactStore
 from service.events.repository import EventRepository
 from service.job_configs.repository import JobConfigRepository
+from service.jobs import ownership
+from service.jobs.ownership import HeldBy
 from service.jobs.repository import JobRepository
 from service.jobs.status import JobStatus
 from service.secrets import unseal
 from service.settings import get_settings
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database import in_transaction
+from workers.guards import GuardMonitor, GuardTrip
 from workers.identity import WORKER_ID
 from workers.job_watch import JobState, JobWatcher
 from workers.metrics import observe_step
@@ -76,6 +79,7 @@ class DatabaseObserver:
         store: ArtifactStore,
         watcher: JobWatcher | None = None,
         signals: SignalMonitor | None = None,
+        guards: GuardMonitor | None = None,
         *,
         worker_id: str = WORKER_ID,
     ) -> None:
@@ -83,6 +87,12 @@ class DatabaseObserver:
         self.worker_id = worker_id
         # Signs that the run is not learning (no reward variation, reward hacking): warnings.
         self.signals = signals
+        # The job's guards against reward hacking: warnings with evidence, and a pause for
+        # those its guards.pause_on names.
+        self.guards = guards
+        # The guard that paused the job: the run stops after this step, as for a user's pause
+        # (the pause is stored through the writer, after the step's record).
+        self.paused_by_guard: str | None = None
         self.breaker = breaker
         self.store = store
         # Cancel, pause and config changes arrive through the watcher; without one (or before
@@ -105,6 +115,13 @@ class DatabaseObserver:
             for warning in self.signals.observe_step(record):
                 # After the step's record: a warning never names a step not yet stored.
                 self.writer.submit(functools.partial(store_warning, self.job_id, warning))
+        if self.guards is not None:
+            for trip in self.guards.observe_step(record):
+                if trip.pauses_job and self.paused_by_guard is None:
+                    self.paused_by_guard = trip.kind
+                self.writer.submit(
+                    functools.partial(store_guard_trip, self.job_id, trip, self.worker_id)
+                )
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
@@ -155,6 +172,10 @@ class DatabaseObserver:
     def should_stop(self) -> str | None:
         if self.breaker.tripped:
             return self.breaker.tripped
+        if self.paused_by_guard is not None:
+            # Not waiting for the row: the pause is queued behind this step's record, and the
+            # run would otherwise train a step or two more on what the guard caught.
+            return JobStatus.PAUSING.value
         state = self._job_state()
         if state is None:
             return "the job was deleted"
@@ -204,3 +225,28 @@ def store_warning(job_id: str, warning: TrainingWarning) -> None:
             )
 
     in_transaction(write, what=f"recording a {warning.kind} warning")
+
+
+def store_guard_trip(job_id: str, trip: GuardTrip, worker_id: str) -> None:
+    """A 'guard_tripped' event with the evidence, the trip added to the job's warnings (the
+    dashboard's banner, ``rft jobs get``/``watch``), and the job pausing when the trip says so.
+
+    Once per guard and step, as store_warning: a resumed run re-runs steps after its
+    checkpoint and may trip the same guard at the same step again.
+    """
+
+    def write(session: Session) -> None:
+        if not JobRepository(session).add_warning(
+            job_id, trip.as_json(), {"kind": trip.kind, "step": trip.step}
+        ):
+            return
+        paused = trip.pauses_job and ownership.pause(session, job_id, HeldBy(worker_id))
+        EventRepository(session).add_event(
+            job_id,
+            "guard_tripped",
+            trip.message,
+            step=trip.step,
+            data={**trip.as_json(), "paused_job": paused},
+        )
+
+    in_transaction(write, what=f"recording the {trip.kind} guard")

@@ -1,11 +1,12 @@
 """What a job's training needs, read from the database once, before any process starts: the
 TrainingSpec (dataset, validation rows, config, hyperparameters, resume checkpoint,
-generation backend) and what the ranks' sandboxes need (network, packages, secrets)."""
+generation backend), what the ranks' sandboxes need (network, packages, secrets) and the
+job's guards (workers.guards)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from service.artifacts.storage import ArtifactStore
 from service.datasets.repository import DatasetRepository
+from service.jobs.guard_settings import GuardSettings
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.lineage import INITIAL_ADAPTER
 from service.jobs.repository import JobRepository
@@ -40,6 +42,9 @@ class JobPlan:
     runtime_packages: list[str]
     num_devices: int = 1
     engine: str = "ddp"
+    guards: GuardSettings = field(default_factory=GuardSettings)
+    # Guards that paused this job before (a resumed run): they warn, but pause it no more.
+    guards_that_paused: frozenset[str] = frozenset()
 
 
 def plan_job(
@@ -79,6 +84,10 @@ def plan_job(
         list(job.runtime_packages or []),
         job.num_devices,
         job.engine,
+        GuardSettings.from_stored(job.guards),
+        frozenset(
+            str(w["kind"]) for w in job.warnings or [] if w.get("guard") and w.get("paused_job")
+        ),
     )
 
 

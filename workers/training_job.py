@@ -26,6 +26,7 @@ from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database import in_transaction
 from workers.database_observer import DatabaseObserver, store_warning
 from workers.failures import NodeLost, TrainingProcessError, describe_failure
+from workers.guards import GuardMonitor
 from workers.identity import WORKER_ID
 from workers.job_plan import JobPlan, plan_job, rank_job
 from workers.job_watch import JobWatcher
@@ -162,6 +163,14 @@ def _train(
                 signal_settings(hyperparameters),
                 max_completion_length=hyperparameters.max_completion_length,
             ),
+            # A supervised step has no completions or rewards for the guards to read.
+            GuardMonitor(
+                plan.guards,
+                max_completion_length=hyperparameters.max_completion_length,
+                already_paused=plan.guards_that_paused,
+            )
+            if plan.spec.method == "grpo"
+            else None,
         )
         try:
             check_trackers_installed(hyperparameters.report_to)

@@ -12,7 +12,8 @@ below are the only ways a lease starts or ends. Each one, in the caller's transa
 5. queues the job again once the transaction commits, where the move sends it back.
 
 The user's moves (pause, resume, cancel) are in service.jobs.service; the worker, placement
-(workers.placement) and the lost-worker reaper (workers.lease) make these.
+(workers.placement) and the lost-worker reaper (workers.lease) make these (the worker's
+``pause`` is a guard's, workers.guards, and moves the job as the user's pause does).
 """
 
 from __future__ import annotations
@@ -163,6 +164,18 @@ def requeue(
     EventRepository(session).add_event(
         job_id, kind, f"{why}; {then}", step=job.steps_completed, data=data
     )
+    return True
+
+
+def pause(session: Session, job_id: str, claim: HeldBy) -> bool:
+    """The worker pauses the job it holds (one of the job's guards.pause_on tripped):
+    running -> pausing, the move a user's pause makes; the worker then checkpoints and lets
+    go through ``release``, and resume works as after any pause. Whether the job moved
+    (False: it is no longer running here, e.g. cancelled or paused meanwhile)."""
+    job = _held(session, job_id, claim)
+    if job is None or job.status != JobStatus.RUNNING.value:
+        return False
+    transition(session, job, JobStatus.PAUSING)
     return True
 
 

@@ -19,6 +19,7 @@ from service.agent_code.schemas import (
     AgentCodeInput,
     reward_sources_required,
 )
+from service.jobs.guard_settings import GuardSettings
 from service.jobs.hyperparameters import SFT_FIELDS, SFT_ONLY_FIELDS, Hyperparameters
 from service.jobs.status import JobStatus
 from service.reward_functions.schemas import (
@@ -116,6 +117,13 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
         max_length=500,
     )
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+    guards: GuardSettings = Field(
+        default_factory=GuardSettings,
+        description="Guards against reward hacking, checked at every step (docs/guards.md): "
+        "thresholds (each has a default) and pause_on, the guards that pause the job when "
+        "they trip. A tripped guard is a 'guard_tripped' event and one of the job's warnings, "
+        "with its evidence. GRPO only.",
+    )
     name: str | None = Field(None, max_length=300)
     allow_network: bool = Field(
         False,
@@ -244,6 +252,8 @@ class JobCreate(RewardFunctionsInput, AgentCodeInput):
                     ("tools", self.tools),
                     ("environments", self.environments),
                     ("runtime_packages", self.runtime_packages),
+                    # Guards read completions and rewards, which a supervised step has not.
+                    ("guards", "guards" in self.model_fields_set),
                 )
                 if value
             ]
@@ -330,8 +340,15 @@ class Job(BaseModel):
     warnings: list[dict[str, Any]] = Field(
         default_factory=list,
         description="What the run warned about, oldest first: each has a kind ('no_signal', "
-        "'no_signal_run', 'function_flat', 'length_collapse', 'truncation'), the step and a "
-        "message. Each is also a 'warning' event.",
+        "'no_signal_run', 'function_flat', 'length_collapse', 'truncation', or a guard's "
+        "name), the step and a message. Each is also a 'warning' event; a guard's (marked "
+        "'guard': true, with its 'numbers', 'examples' and 'paused_job') a 'guard_tripped' "
+        "event.",
+    )
+    guards: GuardSettings = Field(
+        default_factory=GuardSettings,
+        description="The job's guards against reward hacking: thresholds and pause_on "
+        "(docs/guards.md).",
     )
     validation_dataset_id: str | None = None
     validation_split: float | None = None

@@ -117,6 +117,7 @@ def create_job(
         name=payload.name,
         base_model=payload.base_model,
         hyperparameters=payload.hyperparameters.model_dump(mode="json"),
+        guards=payload.guards.model_dump(mode="json"),
         method=payload.method,
         status=JobStatus.QUEUED.value,
         config_version=1,

@@ -381,7 +381,7 @@ class JobPage {
       this.renderHeader();
     } else if (event !== "end") {
       this.events.push({ ...data, kind: event });
-      if (event === "warning" && this.job) this.renderHeader();
+      if (WARNING_KINDS.has(event) && this.job) this.renderHeader();
     }
     for (const panel of Object.values(this.panels)) if (panel.update) panel.update();
   }
@@ -440,7 +440,7 @@ class JobPage {
   // The job's stored warnings, and those that arrived as events since the job was last sent.
   warnings() {
     const seen = new Map();
-    const fromEvents = this.events.filter((event) => event.kind === "warning")
+    const fromEvents = this.events.filter((event) => WARNING_KINDS.has(event.kind))
       .map((event) => ({ ...event.data, message: event.message, step: event.step }));
     for (const warning of [...(this.job.warnings || []), ...fromEvents]) {
       seen.set(`${warning.kind}|${warning.step}|${warning.message}`, warning);
@@ -460,8 +460,12 @@ function parentLink(job) {
     job.init_from_optimizer ? ", with its optimizer state" : "");
 }
 
+// Events that are also one of the job's warnings: a guard's trip is one, with its evidence.
+const WARNING_KINDS = new Set(["warning", "guard_tripped"]);
+
 // Warnings say the run may not be learning (no reward signal, signs of reward hacking): they
-// stay in view above the tabs, not only in the event feed.
+// stay in view above the tabs, not only in the event feed. A tripped guard shows its first
+// example completion, the evidence, beside its message.
 function warningBanner(warnings) {
   if (!warnings.length) return null;
   const title = warnings.length === 1 ? "1 warning" : `${warnings.length} warnings`;
@@ -470,7 +474,10 @@ function warningBanner(warnings) {
     el("ul", null, warnings.map((warning) => el("li", { "data-warning-kind": warning.kind },
       warning.step !== null && warning.step !== undefined
         ? el("span", { class: "muted small" }, `step ${warning.step}: `) : null,
-      warning.message))));
+      warning.message,
+      warning.guard && warning.examples && warning.examples.length
+        ? el("div", { class: "guard-example mono small" },
+          `e.g. ${JSON.stringify(warning.examples[0].completion)}`) : null))));
 }
 
 // ---------------------------------------------------------------- charts
@@ -532,7 +539,7 @@ function drawPath(points, sx, sy) {
 }
 
 // series: [{label, color, points: [{x, y}]}]; band: {color, points: [{x, low, high}]};
-// markers: [{x, label, kind}] (kind: config, pause, resume); smoothing: the EMA weight, 0 for
+// markers: [{x, label, kind}] (kind: config, pause, resume, guard); smoothing: the EMA weight, 0 for
 // none. The SVG carries data-points (plotted points), for tests and tooling.
 function lineChart({ id, title, series, band, markers = [], yLabel, fixedRange, smoothing = 0 }) {
   const width = 760, height = 240;
@@ -701,7 +708,8 @@ class ChartsPanel {
         el("span", { class: "legend marker-legend muted small" },
           el("span", { class: "marker-key kind-config" }, "config change"),
           el("span", { class: "marker-key kind-pause" }, "paused"),
-          el("span", { class: "marker-key kind-resume" }, "resumed"))),
+          el("span", { class: "marker-key kind-resume" }, "resumed"),
+          el("span", { class: "marker-key kind-guard" }, "guard tripped"))),
       this.charts,
       el("div", { class: "card" }, el("h2", null, "Events"), this.feed));
     this.pending = false;
@@ -730,6 +738,8 @@ class ChartsPanel {
         configs.set(event.step, `config v${event.data.config_version}`);
       } else if (event.kind === "paused" && event.step !== null && event.step !== undefined) {
         markers.push({ x: event.step, label: "paused", kind: "pause" });
+      } else if (event.kind === "guard_tripped" && event.step !== null && event.step !== undefined) {
+        markers.push({ x: event.step, label: event.data.kind, kind: "guard" });
       } else if (event.kind === "resumed" && event.data && event.data.checkpoint_step !== undefined) {
         markers.push({ x: event.data.checkpoint_step, label: "resumed", kind: "resume" });
       }

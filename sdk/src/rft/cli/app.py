@@ -147,7 +147,7 @@ def create_job(
 ) -> None:
     """Create a job from YAML: dataset_id (or dataset: a file to upload), base_model,
     reward_functions (name: {source or source_file, weight} or {model, weight}),
-    hyperparameters, init_from."""
+    hyperparameters, guards (thresholds and pause_on), init_from."""
     spec = read_job_spec(file)
     client = client_for(context)
     dataset_path = spec.pop("dataset_path", None)

@@ -133,6 +133,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
         "reward_functions",
         "reward_module",
         "hyperparameters",
+        "guards",
         "allow_network",
         "runtime_packages",
         "secrets_from_env",
@@ -178,6 +179,7 @@ def read_job_spec(path: Path) -> dict[str, Any]:
     # 1 node, 'ddp'; method 'grpo'; fresh LoRA weights) unless the file names them.
     for key in (
         "base_model",
+        "guards",
         "num_devices",
         "num_nodes",
         "engine",

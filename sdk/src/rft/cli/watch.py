@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from rft.cli.sparkline import sparkline
-from rft.models import Job, JobEvent, Step
+from rft.models import GuardTrip, Job, JobEvent, Step
 
 HISTORY_STEPS = 40
 
@@ -55,9 +56,10 @@ def job_view(job: Job, steps: Sequence[Step], evaluation: JobEvent | None = None
             _number(metrics.std if metrics else None),
             sparkline(history),
         )
-    # What the run warned about (no learning signal, signs of reward hacking) stays in view.
+    # What the run warned about (no learning signal, signs of reward hacking) stays in view;
+    # a guard's trip with one example completion, its evidence.
     warnings = [
-        Text(f"warning (step {w.get('step')}): {w.get('message')}", style="yellow")
+        warning_line(w) if not w.get("guard") else guard_line(GuardTrip.model_validate(w))
         for w in job.warnings
     ]
     # The latest validation result ('eval' event), when the job has a validation set.
@@ -73,6 +75,18 @@ def job_view(job: Job, steps: Sequence[Step], evaluation: JobEvent | None = None
         else []
     )
     return Group(Text(title), table, *validation, *warnings)
+
+
+def warning_line(warning: dict[str, Any]) -> Text:
+    return Text(f"warning (step {warning.get('step')}): {warning.get('message')}", style="yellow")
+
+
+def guard_line(trip: GuardTrip) -> Text:
+    line = Text(f"guard {trip.kind} (step {trip.step}): {trip.message}", style="yellow")
+    if trip.examples:
+        completion = str(trip.examples[0].get("completion", ""))
+        line.append(f"\n  e.g. {completion[:120]!r}", style="dim")
+    return line
 
 
 # A supervised step's curves: its loss and what TRL logged beside it (Step.metrics).

@@ -22,6 +22,7 @@ from rft.models import (
     DryRunResult,
     Evaluation,
     Export,
+    Guards,
     Hyperparameters,
     Job,
     JobConfig,
@@ -74,6 +75,7 @@ def _create_request(
     base_model: str | None,
     method: JobMethod | None = None,
     hyperparameters: Hyperparameters | Mapping[str, Any] | None,
+    guards: Guards | Mapping[str, Any] | None = None,
     name: str | None,
     allow_network: bool,
     runtime_packages: Sequence[str],
@@ -104,6 +106,10 @@ def _create_request(
         "secrets": dict(secrets or {}),
     }
     # Left out: the server's default, or with init_from the parent's base model.
+    if guards is not None:
+        if isinstance(guards, Guards):
+            guards = guards.model_dump(exclude_unset=True, exclude_none=True)
+        body["guards"] = dict(guards)
     if base_model is not None:
         body["base_model"] = base_model
     if init_from is not None:
@@ -306,6 +312,7 @@ class Jobs:
         base_model: str | None = None,
         method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
+        guards: Guards | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
         runtime_packages: Sequence[str] = (),
@@ -338,7 +345,9 @@ class Jobs:
         worker, ``engine`` says how ('ddp', the default; 'deepspeed_zero2', 'deepspeed_zero3',
         or 'fsdp' on GPU workers: README, "Several GPUs in one job"); ``num_nodes`` (default
         1) spreads the job over that many workers (machines), ``num_devices`` on each; None:
-        the server's default.
+        the server's default. ``guards`` (``rft.Guards`` or a mapping) sets the thresholds of
+        the guards against reward hacking and ``pause_on``, the guards that pause the job;
+        trips are in ``Job.guard_trips`` with their evidence.
 
         Agent jobs: ``tools`` lists the functions the model may call during generation, each
         a plain function (sent as its own source: it must be self-contained and defined with
@@ -370,6 +379,7 @@ class Jobs:
             base_model=base_model,
             method=method,
             hyperparameters=hyperparameters,
+            guards=guards,
             name=name,
             allow_network=allow_network,
             runtime_packages=runtime_packages,
@@ -781,6 +791,7 @@ class AsyncJobs:
         base_model: str | None = None,
         method: JobMethod | None = None,
         hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
+        guards: Guards | Mapping[str, Any] | None = None,
         name: str | None = None,
         allow_network: bool = False,
         runtime_packages: Sequence[str] = (),
@@ -805,6 +816,7 @@ class AsyncJobs:
             base_model=base_model,
             method=method,
             hyperparameters=hyperparameters,
+            guards=guards,
             name=name,
             allow_network=allow_network,
             runtime_packages=runtime_packages,
