@@ -16,10 +16,15 @@ LETTER_A = (
     "def letter_a(prompt, completion, example):\n"
     "    return completion.count('a') / max(1, len(completion))\n"
 )
-# The pause wiring, not a rule, is under test here (tests/unit/test_guards.py has the rules,
-# tests/training/test_guards_training.py a real run's): entropy_shift with a factor just above
-# 1 trips at the second step of any run whose entropy moved at all, so the job pauses there.
-GUARDS = {"pause_on": ["entropy_shift"], "entropy_factor": 1.000001, "early_steps": 1, "patience": 1}
+# The pause wiring, not a rule, is under test here (tests/unit/test_guards.py has the rules):
+# entropy_shift with a factor just above 1 trips at the second step of any run whose entropy
+# moved at all, so the job pauses there.
+GUARDS = {
+    "pause_on": ["entropy_shift"],
+    "entropy_factor": 1.000001,
+    "early_steps": 1,
+    "patience": 1,
+}
 
 
 def test_a_pause_on_guard_pauses_the_job_with_its_evidence_and_resume_goes_on(

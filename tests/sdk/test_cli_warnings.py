@@ -67,3 +67,25 @@ def test_the_latest_validation_result_is_shown_under_the_table() -> None:
     text = rendered(job_view(job(), [], evaluation))
     assert "validation (step 4): reward 0.750 over 6 samples (rft jobs evals job_1)" in text
     assert "validation" not in rendered(job_view(job(), []))
+
+
+def test_a_tripped_guard_is_listed_with_an_example_completion() -> None:
+    guarded = job(
+        warnings=[
+            {
+                "kind": "length_drift",
+                "step": 7,
+                "message": "completions drifted to the length limit",
+                "guard": True,
+                "numbers": {"length_mean": 16.0},
+                "examples": [{"completion": "pad pad pad", "total": 1.0}],
+                "paused_job": True,
+            }
+        ],
+        guards={"pause_on": ["length_drift"], "patience": 3},
+    )
+    assert [t.kind for t in guarded.guard_trips] == ["length_drift"]
+    assert guarded.guards.pause_on == ["length_drift"]
+    text = rendered(job_view(guarded, []))
+    assert "guard length_drift (step 7): completions drifted to the length limit" in text
+    assert "e.g. 'pad pad pad'" in text

@@ -12,8 +12,10 @@ import pytest
 from sandbox.api import RewardFunctionSpec, RewardSandbox
 from service.demo import demo_dataset, demo_reward_functions, demo_rewards_source
 from service.demo.rewards import brevity, letter_fraction
+from service.jobs.guard_settings import GuardSettings
 from service.jobs.hyperparameters import Hyperparameters
 from tests.tiny import TINY_HYPERPARAMETERS
+from workers.guards import guard_trips
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
 
@@ -71,6 +73,19 @@ def test_demo_reward_rises(demo_run: DemoRun) -> None:
     first_reward = statistics.fmean(rewards[:5])  # type: ignore[arg-type]
     assert statistics.fmean(rewards[-5:]) > first_reward + LEARNED_MARGIN, rewards  # type: ignore[arg-type]
     assert outcome.stop_reason is None
+
+
+def test_the_demo_job_trips_no_guard(demo_run: DemoRun) -> None:
+    """The demo's rewards are not gamed within its run: the guards' defaults stay quiet (its
+    letter_fraction carries most of the reward by its weights from the first step, and its
+    completions neither drift to the limit nor repeat words)."""
+    spec, _, observer = demo_run
+    trips = guard_trips(
+        observer.records,
+        GuardSettings(),
+        max_completion_length=spec.hyperparameters.max_completion_length,
+    )
+    assert trips == [], [(t.kind, t.step, t.message) for t in trips]
 
 
 def test_demo_run_records_every_step_and_completion(

@@ -73,6 +73,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.step_store",
             "workers.job_watch",
             "workers.training_signals",
+            "workers.guards",
             "workers.circuit_breaker",
             "workers.metrics",
             "workers.runtime_packages",
