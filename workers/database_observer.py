@@ -236,17 +236,15 @@ def store_guard_trip(job_id: str, trip: GuardTrip, worker_id: str) -> None:
     """
 
     def write(session: Session) -> None:
-        if not JobRepository(session).add_warning(
-            job_id, trip.as_json(), {"kind": trip.kind, "step": trip.step}
-        ):
-            return
+        # The pause first, so the stored trip says whether it paused the job (a job cancelled
+        # or paused meanwhile is not); a resumed run asks no pause of a guard that paused it.
         paused = trip.pauses_job and ownership.pause(session, job_id, HeldBy(worker_id))
-        EventRepository(session).add_event(
-            job_id,
-            "guard_tripped",
-            trip.message,
-            step=trip.step,
-            data={**trip.as_json(), "paused_job": paused},
-        )
+        stored = {**trip.as_json(), "paused_job": paused}
+        if JobRepository(session).add_warning(
+            job_id, stored, {"kind": trip.kind, "step": trip.step}
+        ):
+            EventRepository(session).add_event(
+                job_id, "guard_tripped", trip.message, step=trip.step, data=stored
+            )
 
     in_transaction(write, what=f"recording the {trip.kind} guard")

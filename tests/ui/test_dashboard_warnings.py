@@ -1,5 +1,5 @@
 """The dashboard shows a run's warnings prominently: a banner above the tabs, and highlighted
-warning events in the feed."""
+warning events in the feed; a tripped guard with its example completion and a chart marker."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tests.ui.sign_in import sign_in
 pytestmark = pytest.mark.integration
 
 CONSTANT = "def constant(prompt, completion, example):\n    return 0.0\n"
+LENGTH = "def length(prompt, completion, example):\n    return len(completion) / 64\n"
 
 
 def test_a_run_without_signal_shows_its_warnings(
@@ -67,3 +68,34 @@ def test_a_run_without_signal_shows_its_warnings(
     expect(feed_warnings).to_have_count(len(warning_events))
     background = feed_warnings.first.evaluate("node => getComputedStyle(node).backgroundColor")
     assert background not in ("rgba(0, 0, 0, 0)", "transparent"), background
+
+
+def test_a_tripped_guard_is_in_the_banner_with_its_evidence_and_marked_on_the_charts(
+    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
+) -> None:
+    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in ("yes", "no", "maybe")])
+    job_id = create_job(
+        client,
+        {
+            "dataset_id": dataset_id,
+            "reward_functions": {"length": {"source": LENGTH}},
+            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2, "num_generations": 4},
+            # Trips at step 2 of any run whose entropy moved (tests/integration/test_guards.py).
+            "guards": {"entropy_factor": 1.000001, "early_steps": 1, "patience": 1},
+        },
+    )["id"]
+    job = wait_for(client, job_id)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert [(w["kind"], w["step"]) for w in job["warnings"] if w.get("guard")] == [
+        ("entropy_shift", 2)
+    ]
+
+    sign_in(page, stack, api_key)
+    page.goto(f"{stack.base_url}/ui/#/jobs/{job_id}")
+    entry = page.locator("#job-warnings li[data-warning-kind=entropy_shift]")
+    expect(entry).to_contain_text("step 2: token entropy")
+    expect(entry.locator(".guard-example")).to_contain_text("e.g. ")
+    marker = page.locator("svg[data-chart=reward] [data-marker-kind=guard]")
+    expect(marker).to_have_count(1)
+    assert marker.get_attribute("data-marker-step") == "2"
+    expect(page.locator("#event-feed > li[data-kind=guard_tripped]")).to_have_count(1)

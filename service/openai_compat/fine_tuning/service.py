@@ -438,7 +438,8 @@ def change_status(
 
 # --- events and checkpoints --------------------------------------------------------------
 
-EVENT_LEVELS = {"warning": "warn", "error": "error"}
+# A tripped guard (docs/guards.md) is a warning too.
+EVENT_LEVELS = {"warning": "warn", "guard_tripped": "warn", "error": "error"}
 
 
 def list_events(
