@@ -50,6 +50,15 @@ if ! command -v bwrap >/dev/null 2>&1; then
       "(insecure)." >&2
 fi
 
+# The egress tests build a "public" host in a network namespace of their own (ip) serving
+# HTTPS with a throwaway certificate (openssl); both are in Debian's base images.
+for tool in ip:iproute2 openssl:openssl; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    apt_install "${tool##*:}" || echo "warning: ${tool##*:} could not be installed; the egress" \
+      "tests will be skipped (and fail under RFT_REQUIRE_ALL_LAYERS=1, as in CI)" >&2
+  fi
+done
+
 # The dashboard's browser tests drive Debian's Chromium (never a downloaded browser).
 if [ "${RFT_SETUP_BROWSER:-1}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   echo "installing chromium for the dashboard's browser tests..."
