@@ -10,7 +10,13 @@ from sandbox.api import RewardFunctionSpec, RewardSandbox
 from sandbox.process import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.demo import demo_rewards_source
+from service.jobs.hyperparameters import Hyperparameters
+from workers.training.sft import run_sft
+from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig, StepRecord
+
+# What the supervised warm-up (one_word_answers) teaches: 'Say X:' is answered ' X'.
+WORDS = ("yes", "no", "ok", "cat", "dog", "sun")
 
 
 def reward_sandbox() -> RewardSandbox:
@@ -69,3 +75,26 @@ class RecordingObserver:
     @property
     def rewards(self) -> list[float | None]:
         return [record.reward_mean for record in self.records]
+
+
+def one_word_answers(output_dir: Path, model_cache_dir: Path) -> Path:
+    """An adapter that makes the tiny model answer 'Say X:' with ' X' and stop (a short SFT
+    run), as a job's init_from parent would leave it."""
+    spec = TrainingSpec(
+        base_model="rft-tiny",
+        method="sft",
+        dataset=[{"prompt": f"Say {w}:", "completion": f" {w}"} for w in WORDS],
+        reward_config=RewardConfig(version=1, functions=[]),
+        hyperparameters=Hyperparameters.model_validate(
+            {
+                "preset": "tiny-cpu",
+                "train_steps": 24,
+                "batch_size": 6,
+                "max_length": 32,
+                "learning_rate": 2e-2,
+            }
+        ),
+        output_dir=output_dir,
+        model_cache_dir=model_cache_dir,
+    )
+    return run_sft(spec, RecordingObserver()).adapter_path

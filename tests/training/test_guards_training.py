@@ -18,39 +18,15 @@ from service.jobs.hyperparameters import Hyperparameters
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.guards import guard_trips
 from workers.training.grpo import run_grpo
-from workers.training.sft import run_sft
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
 
-from .harness import RecordingObserver
+from .harness import WORDS, RecordingObserver, one_word_answers
 
-WORDS = ("yes", "no", "ok", "cat", "dog", "sun")
 PAYS_FOR_LENGTH = "def length(prompt, completion, example):\n    return len(completion) / 64\n"
 # Measured (seed 0): the mean length goes from 4-10 tokens in the first 3 steps to the limit
 # (16) from step 8 on, so the guard (3 steps in a row at its defaults) trips at step 10.
 GRPO_STEPS = 12
-
-
-def one_word_answers(output_dir: Path, model_cache_dir: Path) -> Path:
-    """An adapter that makes the tiny model answer 'Say X:' with ' X' and stop."""
-    spec = TrainingSpec(
-        base_model="rft-tiny",
-        method="sft",
-        dataset=[{"prompt": f"Say {w}:", "completion": f" {w}"} for w in WORDS],
-        reward_config=RewardConfig(version=1, functions=[]),
-        hyperparameters=Hyperparameters.model_validate(
-            {
-                "preset": "tiny-cpu",
-                "train_steps": 24,
-                "batch_size": 6,
-                "max_length": 32,
-                "learning_rate": 2e-2,
-            }
-        ),
-        output_dir=output_dir,
-        model_cache_dir=model_cache_dir,
-    )
-    return run_sft(spec, RecordingObserver()).adapter_path
 
 
 def test_a_reward_that_pays_for_length_trips_the_length_guard(

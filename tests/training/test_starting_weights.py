@@ -1,5 +1,6 @@
 """init_from on the worker: a job's trainer starts from another run's adapter (and optimizer
-state), and a resume of that job continues from its own checkpoint, not from the start."""
+state), its first step already generates with it, and a resume of that job continues from its
+own checkpoint, not from the start."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import pytest
 import torch
 from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from sandbox.api import RewardSandbox
+from sandbox.api import RewardFunctionSpec, RewardSandbox
 from workers.training.grpo import TrainingOutcome, TrainingSpec, build_trainer, run_grpo
 from workers.training.reward_dispatch import RewardDispatcher
 from workers.training.starting_weights import reference_in_adapter_dtype
+from workers.training.step_records import RewardConfig
 from workers.training.tiny_model import resolve_base_model
 
-from .harness import RecordingObserver
+from .harness import RecordingObserver, one_word_answers
 
 SpecFactory = Callable[..., TrainingSpec]
 SandboxFactory = Callable[[], RewardSandbox]
@@ -84,6 +86,78 @@ def test_the_trainer_starts_from_the_adapter_and_resumes_from_its_own_checkpoint
     assert [record.step for record in rest.records] == [3, 4]
     assert rest.rewards == pytest.approx(whole_steps.rewards[2:], abs=1e-6)
     assert whole.steps_completed == 4
+
+
+# Prompts of one length (4 tokens each): the trainer generates them in one batch with no
+# padding, as the reference below generates each alone.
+SAME_LENGTH_PROMPTS = ("Say yes:", "Say no:", "Say cat:", "Say dog:")
+COMPLETION_LENGTH = "def length(prompt, completion, example):\n    return len(completion) / 16\n"
+
+
+def greedy_completions(model: PreTrainedModel, model_path: str, limit: int) -> dict[str, str]:
+    """Each prompt's greedy completion, decoded as TRL hands completions to reward functions."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    completions = {}
+    for prompt in SAME_LENGTH_PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            generated = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=limit,
+                do_sample=False,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        completions[prompt] = tokenizer.decode(
+            generated[0, ids.shape[1] :], skip_special_tokens=True
+        )
+    return completions
+
+
+def test_the_first_step_generates_with_the_starting_adapter(
+    tmp_path: Path, model_cache_dir: Path, make_spec: SpecFactory, make_sandbox: SandboxFactory
+) -> None:
+    """Step 1's completions are the starting adapter's, not the base model's: the adapter is in
+    the model TRL generates with before any update (with transformers generation).
+
+    Greedy, so that each completion is exactly what the adapter alone writes. (Sampled at
+    temperature 1 with the same seed, step 1 of a child often shares its first tokens with a
+    run from the base model: torch draws one token as the argmax of p / exponential noise, the
+    same noise in both runs, and an adapter that moves mass onto one answer leaves the ratios of
+    the other tokens as they were; whenever its answer does not win, the other run's pick does.)
+    """
+    adapter = one_word_answers(tmp_path / "sft", model_cache_dir)
+    spec = make_spec(
+        dataset=[{"prompt": prompt} for prompt in SAME_LENGTH_PROMPTS],
+        reward_config=RewardConfig(
+            version=1, functions=[RewardFunctionSpec("length", COMPLETION_LENGTH, 1.0, 1)]
+        ),
+        train_steps=1,
+        # Nucleus sampling this narrow keeps only the likeliest token: greedy decoding.
+        top_p=1e-9,
+        init_adapter=adapter,
+    )
+    _, observer = train(spec, make_sandbox)
+
+    model_path = resolve_base_model("rft-tiny", model_cache_dir)
+    limit = spec.hyperparameters.max_completion_length
+    base = AutoModelForCausalLM.from_pretrained(model_path)
+    from_base = greedy_completions(base, model_path, limit)
+    with_adapter = greedy_completions(
+        PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_path), str(adapter)),
+        model_path,
+        limit,
+    )
+    # The warm-up answers in one word; the base model does not: the two can be told apart.
+    assert all(from_base[p] != with_adapter[p] for p in SAME_LENGTH_PROMPTS), (
+        from_base,
+        with_adapter,
+    )
+    [step] = observer.records
+    assert step.step == 1 and len(step.completions) == spec.hyperparameters.completions_per_step
+    generated = [(record.prompt, record.completion) for record in step.completions]
+    assert generated == [(prompt, with_adapter[prompt]) for prompt, _ in generated]
 
 
 def test_the_optimizer_state_carries_on_from_the_checkpoint(
