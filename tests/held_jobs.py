@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy.orm import Session
+
 from service.auth.repository import AuthRepository
 from service.auth.service import hash_api_key
 from service.db import session_scope
@@ -27,25 +29,31 @@ STAND_IN_WORKER = "stand-in-worker"
 UNCLAIMED_DEVICES = 64
 
 
+def stored_dataset(session: Session, tenant_id: str, name: str) -> Dataset:
+    """A dataset row of four text prompts (no rows stored): what a job row needs to exist."""
+    dataset = Dataset(
+        id=new_id("ds"),
+        tenant_id=tenant_id,
+        name=name,
+        file_format="jsonl",
+        row_count=4,
+        columns=["prompt"],
+        prompt_kind="text",
+        size_bytes=0,
+        sha256="0" * 64,
+    )
+    session.add(dataset)
+    session.flush()
+    return dataset
+
+
 def held_job(api_key: str, *, steps_completed: int = 2, train_steps: int = 100) -> str:
     """A running job of ``api_key``'s tenant, held by the stand-in worker, ``steps_completed``
     steps in."""
     with session_scope() as session:
         key = AuthRepository(session).get_active_key_by_hash(hash_api_key(api_key))
         assert key is not None, "unknown API key"
-        dataset = Dataset(
-            id=new_id("ds"),
-            tenant_id=key.tenant_id,
-            name="held",
-            file_format="jsonl",
-            row_count=4,
-            columns=["prompt"],
-            prompt_kind="text",
-            size_bytes=0,
-            sha256="0" * 64,
-        )
-        session.add(dataset)
-        session.flush()
+        dataset = stored_dataset(session, key.tenant_id, "held")
         job = Job(
             id=new_id("job"),
             tenant_id=key.tenant_id,

@@ -6,8 +6,9 @@ import pytest
 
 from service.auth.service import get_or_create_tenant
 from service.db import session_scope
-from service.models import Dataset, Job, JobConfigVersion, new_id
+from service.models import Job, JobConfigVersion, new_id
 from service.stack import LocalStack
+from tests.held_jobs import stored_dataset
 
 
 @pytest.fixture
@@ -15,19 +16,7 @@ def job_id(stack: LocalStack) -> str:
     """A running job of a tenant of its own, as the worker sees it mid-training."""
     with session_scope() as session:
         tenant = get_or_create_tenant(session, f"recording-{uuid.uuid4().hex[:12]}")
-        dataset = Dataset(
-            id=new_id("ds"),
-            tenant_id=tenant.id,
-            name="recording",
-            file_format="jsonl",
-            row_count=4,
-            columns=["prompt"],
-            prompt_kind="text",
-            size_bytes=0,
-            sha256="0" * 64,
-        )
-        session.add(dataset)
-        session.flush()
+        dataset = stored_dataset(session, tenant.id, "recording")
         job = Job(
             id=new_id("job"),
             tenant_id=tenant.id,
