@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from service.db import session_scope
+from service.errors import IllegalTransition
+from service.jobs.service import transition
+from service.jobs.status import JobStatus
+from service.models import Job
 from service.stack import LocalStack
 from tests.conftest import tenant_client
+
+UNFINISHED = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSING, JobStatus.PAUSED)
+
+
+@pytest.fixture(autouse=True)
+def no_training_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The API tests check what the API answers. A job one of them created and left unfinished
+    would still be trained by the session stack's one worker, and every later test that trains
+    would wait behind it (minutes in CI). At teardown the jobs created during the test that
+    have not ended are cancelled, as a user would."""
+    started = datetime.now(UTC)
+    yield
+    if "stack" not in request.fixturenames:
+        return  # the session's stack (and its worker) was never involved
+    with session_scope() as session:
+        job_ids = session.scalars(
+            select(Job.id).where(
+                Job.created_at >= started, Job.status.in_([s.value for s in UNFINISHED])
+            )
+        ).all()
+    for job_id in job_ids:
+        with session_scope() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is None:
+                continue
+            with contextlib.suppress(IllegalTransition):  # it ended meanwhile
+                transition(session, job, JobStatus.CANCELLED, reason="the test has ended")
 
 
 @pytest.fixture(scope="module")
