@@ -28,6 +28,7 @@ from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
 from service.ui.endpoints import router as ui_router
+from service.usage.endpoints import router as usage_router
 
 
 def create_app() -> FastAPI:
@@ -57,6 +58,7 @@ def create_app() -> FastAPI:
     app.include_router(api_docs_router)
     app.include_router(datasets_router)
     app.include_router(jobs_router)
+    app.include_router(usage_router)
     app.include_router(job_configs_router)
     app.include_router(reward_functions_router)
     app.include_router(artifacts_router)

@@ -167,6 +167,18 @@ class Job(Base):
     )
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Cost (service.usage): what the job was expected to cost at creation (a CostEstimate),
+    # the GPU-seconds of its finished runs, and since when its current run holds devices
+    # (None: it holds none; paused and queued time count nothing).
+    cost_estimate: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    held_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # What its measured throughput is filed under (service.usage.throughput): the model's
+    # shape, set at creation; the device kind and generation backend of the run, set by the
+    # worker as it starts one.
+    model_key: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    device_kind: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    generation_backend: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class RewardFunctionVersion(Base):
@@ -243,6 +255,9 @@ class Step(Base):
     kl: Mapped[float | None] = mapped_column(Float, nullable=True)
     learning_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_s: Mapped[float] = mapped_column(Float)
+    # Tokens the step's completions hold (rank 0's record); None for supervised steps and
+    # steps stored before it was recorded.
+    completion_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Share of the step's groups whose completions all got the same reward (no signal).
     frac_reward_zero_std: Mapped[float | None] = mapped_column(Float, nullable=True)
     # {name: {"version", "weight", "mean", "std", "scored", "errors", "error_rate"}}
@@ -420,3 +435,40 @@ class Export(Base):
     )
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Throughput(Base):
+    """What steps measured, per kind of device, model shape and generation backend: running
+    means over every recorded step but the first of each run (its warm-up). The estimates at
+    job creation read them (service.usage.estimates)."""
+
+    __tablename__ = "throughput"
+
+    device_kind: Mapped[str] = mapped_column(String(200), primary_key=True)  # "cpu", "cuda:<name>"
+    model_key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    generation_backend: Mapped[str] = mapped_column(String(32), primary_key=True)
+    steps: Mapped[int] = mapped_column(Integer)
+    # A step's wall time x the devices it held, per completion token: step time scales with
+    # tokens per step and, across devices, inversely with their number.
+    device_seconds_per_token: Mapped[float] = mapped_column(Float)
+    tokens_per_completion: Mapped[float] = mapped_column(Float)
+    step_seconds: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class GpuUsage(Base):
+    """One stretch of a job holding devices (taken -> let go), for per-tenant usage by day.
+    No foreign key to the job: what a tenant used outlives the job's row."""
+
+    __tablename__ = "gpu_usage"
+    __table_args__ = (
+        Index("ix_gpu_usage_tenant_id_started_at", "tenant_id", "started_at"),
+        Index("ix_gpu_usage_job_id", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(String(64))
+    devices: Mapped[int] = mapped_column(Integer)  # num_devices x num_nodes
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -45,6 +45,36 @@ def gpu_memory_gib(visible: str | None = None) -> float | None:
     )
 
 
+def device_kind(accelerator: str) -> str:
+    """What this worker's measured throughput is filed under: ``cpu``, or ``cuda:`` and the
+    first GPU's name (``cuda:NVIDIA H200``; ``cuda`` when nvidia-smi cannot say)."""
+    if accelerator != "cuda":
+        return "cpu"
+    executable = shutil.which("nvidia-smi")
+    if executable is None:
+        return "cuda"
+    try:
+        names = subprocess.run(
+            [executable, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=True,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.warning("could not read the GPUs' names with nvidia-smi: %s", exc)
+        return "cuda"
+    return f"cuda:{names[0].strip()}" if names and names[0].strip() else "cuda"
+
+
+def generation_backend(settings: Any, accelerator: str) -> str:
+    """The backend this worker's jobs generate with, as its advert says: ``vllm`` or
+    ``transformers`` (the run itself records what it really used)."""
+    if accelerator == "cuda":
+        return "vllm" if generates_with_vllm_colocated(settings) else "transformers"
+    return "vllm" if settings.generation_backend == "vllm" else "transformers"
+
+
 def smallest_visible_gib(listed: str, visible: str | None) -> float | None:
     """From nvidia-smi's ``index, uuid, memory.total`` lines (MiB): the smallest of the GPUs
     that ``visible`` (CUDA_VISIBLE_DEVICES; None: all) names."""

@@ -46,6 +46,10 @@ class WorkerCapacity:
     # generate with vLLM on those GPUs: the API checks a job fits (service.jobs.gpu_fit).
     gpu_memory_gib: float | None = None
     vllm: bool = False
+    # What its measured throughput is filed under (service.usage): "cpu" or "cuda:<GPU name>",
+    # and "vllm" or "transformers"; the estimates at job creation read them.
+    device_kind: str | None = None
+    generation_backend: str | None = None
 
 
 def advertise_capacity(
@@ -57,6 +61,8 @@ def advertise_capacity(
     *,
     gpu_memory_gib: float | None = None,
     vllm: bool = False,
+    device_kind: str | None = None,
+    generation_backend: str | None = None,
 ) -> None:
     """Say (for ``ttl_s``) that this worker can give one job ``devices`` devices."""
     advert = json.dumps(
@@ -65,6 +71,8 @@ def advertise_capacity(
             "accelerator": accelerator,
             "gpu_memory_gib": gpu_memory_gib,
             "vllm": vllm,
+            "device_kind": device_kind,
+            "generation_backend": generation_backend,
         }
     )
     client = redis.Redis.from_url(redis_url)
@@ -103,4 +111,11 @@ def _capacity(value: bytes | str) -> WorkerCapacity:
         accelerator=str(advert["accelerator"]),
         gpu_memory_gib=float(memory) if isinstance(memory, int | float) and memory > 0 else None,
         vllm=advert.get("vllm") is True,
+        device_kind=_text(advert.get("device_kind")),
+        generation_backend=_text(advert.get("generation_backend")),
     )
+
+
+def _text(value: object) -> str | None:
+    # Adverts of workers from before they said it carry nothing (or, garbled, not a string).
+    return value if isinstance(value, str) and value else None

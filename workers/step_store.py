@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from service.bulk import NULL, copy_json, copy_line, copy_number, copy_text
 from service.events.repository import EventRepository
 from service.jobs.step_repository import StepRepository
+from service.usage.throughput import measure_step
 from workers.database import in_transaction
 from workers.failures import RecordingFailed
 from workers.training.step_records import EvalRecord, FunctionStepMetrics, StepRecord
@@ -48,8 +49,12 @@ def functions_json(functions: dict[str, FunctionStepMetrics]) -> dict[str, dict[
 
 def record_step(session: Session, job_id: str, record: StepRecord) -> None:
     """Store one step (replacing whatever an earlier attempt stored for it), advance the job
-    row, and store the step's evaluation when it has one."""
+    row, fold its throughput into the measured figures (service.usage.throughput), and store
+    the step's evaluation when it has one."""
     steps = StepRepository(session)
+    completion_tokens = (
+        sum(c.token_count for c in record.completions) if record.completions else None
+    )
     steps.replace_step(
         job_id,
         record.step,
@@ -61,6 +66,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             "kl": record.kl,
             "learning_rate": record.learning_rate,
             "duration_s": record.duration_s,
+            "completion_tokens": completion_tokens,
             "frac_reward_zero_std": frac_reward_zero_std(record.completions),
             "reward_functions": functions_json(record.functions),
             "agent_metrics": record.agent_metrics,
@@ -102,6 +108,14 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             step=record.step,
             data={"config_version": record.config_version},
         )
+    measure_step(
+        session,
+        job_id,
+        step=record.step,
+        duration_s=record.duration_s,
+        completion_tokens=completion_tokens,
+        completions=len(record.completions),
+    )
     if record.evaluation is not None:
         record_evaluation(session, job_id, record.evaluation)
 

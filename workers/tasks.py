@@ -72,7 +72,12 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
 
 def _advertise_capacity(settings: Any, consumer: Any) -> None:
     """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
-    from workers.device_memory import generates_with_vllm_colocated, gpu_memory_gib
+    from workers.device_memory import (
+        device_kind,
+        generates_with_vllm_colocated,
+        generation_backend,
+        gpu_memory_gib,
+    )
     from workers.queue import advertise_capacity
     from workers.training.cuda import usable_cuda_devices
 
@@ -81,6 +86,8 @@ def _advertise_capacity(settings: Any, consumer: Any) -> None:
     # Read once: what the API needs to refuse a job whose vLLM and trainer cannot share a GPU.
     memory = gpu_memory_gib() if accelerator == "cuda" else None
     vllm = accelerator == "cuda" and generates_with_vllm_colocated(settings)
+    kind = device_kind(accelerator)
+    backend = generation_backend(settings, accelerator)
     redis_url = settings.require_redis_url()
     name = f"{getattr(consumer, 'hostname', None) or socket.gethostname()}:{os.getpid()}"
     devices = settings.resolved_worker_devices
@@ -91,7 +98,15 @@ def _advertise_capacity(settings: Any, consumer: Any) -> None:
         while not stopped.is_set():
             try:
                 advertise_capacity(
-                    redis_url, name, devices, ttl_s, accelerator, gpu_memory_gib=memory, vllm=vllm
+                    redis_url,
+                    name,
+                    devices,
+                    ttl_s,
+                    accelerator,
+                    gpu_memory_gib=memory,
+                    vllm=vllm,
+                    device_kind=kind,
+                    generation_backend=backend,
                 )
             except Exception as exc:  # Redis away: the queue is too; try again
                 logger.warning("could not advertise this worker's devices: %s", exc)

@@ -22,9 +22,11 @@ from service.jobs.repository import JobRepository
 from service.jobs.step_repository import StepRepository
 from service.models import Checkpoint
 from service.settings import Settings, get_settings
+from service.usage.throughput import record_run_kind
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database import in_transaction
 from workers.database_observer import DatabaseObserver, store_warning
+from workers.device_memory import device_kind
 from workers.failures import NodeLost, TrainingProcessError, describe_failure
 from workers.guards import GuardMonitor
 from workers.identity import WORKER_ID
@@ -148,6 +150,7 @@ def _train(
     try:
         store = artifact_store(settings)
         plan = _plan(job_id, settings, resume_from)
+        _record_run_kind(job_id, plan.spec)
         if plan.spec.method == "grpo":  # a supervised job generates nothing
             _record_generation(job_id, plan.spec)
         hyperparameters = plan.spec.hyperparameters
@@ -266,6 +269,17 @@ def _no_signal_verdict(job_id: str, hyperparameters: Hyperparameters) -> Trainin
     if verdict is not None:
         store_warning(job_id, verdict)
     return verdict
+
+
+def _record_run_kind(job_id: str, spec: TrainingSpec) -> None:
+    """Say what this run's steps are measured as (service.usage.throughput): the kind of device
+    it trains on and what generates its completions."""
+    generation = spec.generation
+    kind = device_kind("cuda" if generation.device.startswith("cuda") else "cpu")
+    in_transaction(
+        lambda session: record_run_kind(session, job_id, kind, generation.backend),
+        what="recording the run's device kind",
+    )
 
 
 def _record_generation(job_id: str, spec: TrainingSpec) -> None:

@@ -30,6 +30,7 @@ from service.jobs.status import JobStatus
 from service.jobs.step_json import step_json
 from service.jobs.step_repository import StepRepository
 from service.settings import get_settings
+from service.usage import service as usage
 
 POLL_INTERVAL_S = 0.5
 HEARTBEAT_INTERVAL_S = 15.0
@@ -67,7 +68,9 @@ def read_snapshot(
         # The job is read first: every step and event it counts is then visible to the reads
         # below, so a terminal job whose reads come back short has nothing left to send.
         row = get_job(session, tenant_id, job_id)
-        job = Job.model_validate(row)
+        job = Job.model_validate(row).model_copy(
+            update={"eta_seconds": usage.eta_seconds(session, row)}
+        )
         steps = StepRepository(session).list_steps(
             job_id, after_step=cursor.last_step, limit=PAGE_SIZE
         )

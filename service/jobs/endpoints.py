@@ -23,6 +23,7 @@ from service.jobs.service import COMPLETION_CURSOR
 from service.jobs.status import JobStatus
 from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
 from service.parameters import AfterRowId, AfterStep, FunctionFilter, StepFilter
+from service.usage.schemas import CostEstimate
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -53,9 +54,16 @@ def list_jobs(
     return paginate(jobs, limit, Job, lambda item: item.id)
 
 
+@router.post("/estimate", response_model=CostEstimate, responses=error_responses(404))
+def estimate_job(session: SessionDep, tenant_id: CurrentTenant, payload: JobCreate) -> CostEstimate:
+    """A dry run of creation's cost: what the job would cost on the running workers that could
+    take it, from throughput they measured (docs/cost.md). Nothing is created."""
+    return service.estimate_job(session, tenant_id, payload)
+
+
 @router.get("/{job_id}", response_model=Job)
 def get_job(session: SessionDep, tenant_id: CurrentTenant, job_id: str) -> Job:
-    return Job.model_validate(service.get_job(session, tenant_id, job_id))
+    return service.job_with_eta(session, tenant_id, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=Job, responses=error_responses(409))

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
@@ -31,6 +31,7 @@ from service.reward_functions.schemas import (
     plain_requirements,
 )
 from service.secrets import JobSecrets
+from service.usage.schemas import CostEstimate
 
 # A name with optional extras and version clauses: no pip options, URLs or paths, so a job
 # cannot point pip at another index or at the worker's files.
@@ -367,6 +368,35 @@ class Job(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cost_estimate: CostEstimate | None = Field(
+        None,
+        description="What the job was expected to cost when it was created, on the kinds of "
+        "running worker that could take it, from throughput they measured (docs/cost.md); "
+        "null for jobs created before estimates.",
+    )
+    gpu_seconds: float = Field(
+        0.0,
+        description="Device-seconds the job has held so far: wall time from a worker's take "
+        "until it lets go, x num_devices x num_nodes, summed over resumes; queued and paused "
+        "time count nothing. Grows while it runs.",
+    )
+    eta_seconds: float | None = Field(
+        None,
+        description="While it runs: steps left x the mean of its last 10 step times "
+        "(GET /v1/jobs/{id} and the event stream's job messages; null in lists, before its "
+        "first step and once it ended).",
+    )
+    # Since when the current run holds devices: read from the row to count the stretch under
+    # way into gpu_seconds, never shown.
+    held_since: datetime | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _count_the_stretch_under_way(self) -> Job:
+        if self.held_since is not None:
+            held_s = max(0.0, (datetime.now(UTC) - self.held_since).total_seconds())
+            self.gpu_seconds += held_s * self.num_devices * self.num_nodes
+            self.held_since = None
+        return self
 
     @computed_field(  # type: ignore[prop-decorator]
         description="What the job was created with: 'job_…' or 'job_…:checkpoint-N'; null "

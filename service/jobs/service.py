@@ -27,11 +27,12 @@ from service.events.repository import EventRepository
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
 from service.jobs.device_options import check_cuda_only_options
-from service.jobs.gpu_fit import check_gpu_memory
+from service.jobs.gpu_fit import check_gpu_memory, running_workers
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
 from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
+from service.jobs.schemas import Job as JobOut
 from service.jobs.status import JobStatus, ensure_transition
 from service.jobs.step_repository import FunctionRecord, StepRepository
 from service.models import (
@@ -54,6 +55,11 @@ from service.reward_functions.service import (
 from service.secrets import seal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
+from service.usage import service as usage
+from service.usage.estimates import estimate_cost
+from service.usage.repository import ThroughputRepository
+from service.usage.schemas import CostEstimate
+from service.usage.throughput import model_key
 from workers.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
@@ -109,6 +115,7 @@ def create_job(
     devices_warning = _check_devices(payload)
     check_gpu_memory(payload, get_settings())  # 400: vLLM and the trainer fit no worker's GPU
     check_cuda_only_options(payload, get_settings())  # 400: QLoRA etc. on a CPU-only deployment
+    estimate = cost_estimate(session, payload)
 
     job = Job(
         id=new_id("job"),
@@ -134,6 +141,8 @@ def create_job(
         parent_checkpoint_step=starting_weights.start.checkpoint_step if starting_weights else None,
         init_from_optimizer=payload.init_from_optimizer,
         idempotency_key=idempotency_key,
+        model_key=estimate.model_key,
+        cost_estimate=estimate.model_dump(mode="json"),
     )
     try:
         # A savepoint: a concurrent create with the same idempotency key loses the race here
@@ -192,6 +201,23 @@ def create_job(
     return job
 
 
+def cost_estimate(session: Session, payload: JobCreate) -> CostEstimate:
+    """What the job is expected to cost on the running workers that could take it
+    (service.usage.estimates)."""
+    settings = get_settings()
+    key = model_key(payload.base_model, settings)
+    return estimate_cost(ThroughputRepository(session), payload, key, running_workers(settings))
+
+
+def estimate_job(session: Session, tenant_id: str, payload: JobCreate) -> CostEstimate:
+    """A dry run of creation's cost: the dataset and base model are checked (404, 400) and
+    nothing is stored."""
+    get_dataset(session, tenant_id, payload.dataset_id)
+    payload, _ = resolve_init_from(session, tenant_id, payload, artifact_store(get_settings()))
+    check_base_model(payload.base_model, get_settings())
+    return cost_estimate(session, payload)
+
+
 def _check_validation_source(
     session: Session, tenant_id: str, payload: JobCreate, training_rows: int
 ) -> None:
@@ -244,6 +270,14 @@ def get_job(session: Session, tenant_id: str, job_id: str, *, for_update: bool =
     return job
 
 
+def job_with_eta(session: Session, tenant_id: str, job_id: str) -> JobOut:
+    """The job as GET /v1/jobs/{id} shows it: with its ETA while it runs."""
+    job = get_job(session, tenant_id, job_id)
+    return JobOut.model_validate(job).model_copy(
+        update={"eta_seconds": usage.eta_seconds(session, job)}
+    )
+
+
 def list_jobs(
     session: Session, tenant_id: str, *, limit: int, after: str | None, status: JobStatus | None
 ) -> list[Job]:
@@ -254,8 +288,14 @@ def list_jobs(
 
 def transition(session: Session, job: Job, target: JobStatus, *, reason: str | None = None) -> Job:
     """Move a job (already read FOR UPDATE) to ``target``, or raise 409."""
-    ensure_transition(job.id, JobStatus(job.status), target)
+    current = JobStatus(job.status)
+    ensure_transition(job.id, current, target)
     now = datetime.now(UTC)
+    # Devices are held from a worker's take until the job leaves running/pausing.
+    if target.has_worker and not current.has_worker:
+        usage.start_holding(session, job, now)
+    elif current.has_worker and not target.has_worker:
+        usage.stop_holding(session, job, now)
     job.status = target.value
     if target == JobStatus.RUNNING and job.started_at is None:
         job.started_at = now

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from service.db import session_scope
 from service.demo.follow import DEMO_DIR, demo_job_request
+from service.models import Job, Throughput
 from tests.integration.helpers import all_pages, upload_jsonl, wait_for
 from tests.tiny import TINY_HYPERPARAMETERS
 from tests.ui.event_stream import messages_until
@@ -60,6 +62,14 @@ def test_job_records_every_step_and_completion(client: httpx.Client) -> None:
     job = wait_for(client, response.json()["id"])
     assert job["status"] == "succeeded", job["failure_reason"]
     assert job["steps_completed"] == steps
+    # Its cost: device time held, no time left, and its steps measured for the next estimates.
+    assert job["gpu_seconds"] > 0 and job["eta_seconds"] is None
+    with session_scope() as session:
+        row = session.get(Job, job["id"])
+        assert row is not None and row.model_key is not None and row.device_kind is not None
+        key = (row.device_kind, row.model_key, row.generation_backend)
+        measured = session.get(Throughput, key)
+        assert measured is not None and measured.steps >= steps - 1
 
     step_rows = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
     assert [s["step"] for s in step_rows] == list(range(1, steps + 1))

@@ -43,6 +43,7 @@ from rft.models import (
     CheckpointList,
     Completion,
     ConfigUpdate,
+    CostEstimate,
     Dataset,
     DatasetDetail,
     DryRunResult,
@@ -72,6 +73,9 @@ from rft.models import (
     Sample,
     SampleError,
     Step,
+    Usage,
+    UsageRow,
+    WorkerKindEstimate,
 )
 from rft.reward_source import function_source
 
@@ -93,6 +97,7 @@ __all__ = [
     "Completion",
     "ConfigUpdate",
     "ConflictError",
+    "CostEstimate",
     "Dataset",
     "DatasetDetail",
     "DryRunResult",
@@ -145,6 +150,9 @@ __all__ = [
     "ToolStepMetrics",
     "TrajectoryMessage",
     "UnprocessableEntityError",
+    "Usage",
+    "UsageRow",
+    "WorkerKindEstimate",
     "__version__",
     "function_source",
 ]

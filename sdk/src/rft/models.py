@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
@@ -285,6 +285,56 @@ class GuardTrip(BaseModel):
     paused_job: bool = False
 
 
+class WorkerKindEstimate(BaseModel):
+    """A job's expected cost on one kind of worker (``basis`` 'measured'), or why there is
+    no figure (``basis`` 'none', with ``message``)."""
+
+    device_kind: str
+    generation_backend: str
+    basis: str
+    message: str | None = None
+    steps_measured: int = 0
+    tokens_per_step: float | None = None
+    step_seconds: float | None = None
+    total_seconds: float | None = None
+    gpu_hours: float | None = None
+
+
+class CostEstimate(BaseModel):
+    """What a job is expected to cost, from throughput the workers measured (docs/cost.md)."""
+
+    model_key: str
+    devices: int
+    train_steps: int
+    completions_per_step: int | None = None
+    # Upper bound on completion tokens over the run (prompts x generations x max length).
+    max_tokens: int | None = None
+    workers: list[WorkerKindEstimate] = Field(default_factory=list)
+    note: str | None = None
+
+
+class UsageRow(BaseModel):
+    day: date | None = None
+    job_id: str | None = None
+    gpu_seconds: float
+    tokens: int
+    jobs: int
+
+
+class Usage(BaseModel):
+    """The tenant's GPU-seconds, completion tokens and jobs over [start, end)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime = Field(alias="from")
+    end: datetime = Field(alias="to")
+    group_by: str
+    gpu_seconds: float
+    tokens: int
+    jobs: int
+    rows: list[UsageRow] = Field(default_factory=list)
+
+
 class Job(BaseModel):
     id: str
     name: str | None
@@ -321,6 +371,11 @@ class Job(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # Cost: expected at creation, device-seconds held so far (queued and paused time count
+    # nothing), and while it runs the seconds left (from jobs.get and the event stream).
+    cost_estimate: CostEstimate | None = None
+    gpu_seconds: float = 0.0
+    eta_seconds: float | None = None
 
     @property
     def train_steps(self) -> int:

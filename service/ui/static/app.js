@@ -427,6 +427,10 @@ class JobPage {
       ["Model", el("span", { class: "mono" }, job.base_model)],
       ...(job.parent_job_id ? [["Started from", parentLink(job)]] : []),
       ["Created", formatTime(job.created_at)],
+      ["Expected cost", el("span", { id: "job-estimate" }, estimateText(job.cost_estimate))],
+      ["GPU time", el("span", { id: "job-gpu-seconds" }, gpuTimeText(job.gpu_seconds))],
+      ...(job.eta_seconds !== null && job.eta_seconds !== undefined
+        ? [["Time left", el("span", { id: "job-eta" }, `~${durationText(job.eta_seconds)}`)]] : []),
     ];
     setChildren(this.header, 
       el("h1", null, job.name || job.id),
@@ -447,6 +451,28 @@ class JobPage {
     }
     return [...seen.values()];
   }
+}
+
+// Cost (docs/cost.md): the estimate the job was created with, per kind of worker that could
+// take it; a kind with nothing measured says so instead of a number.
+function durationText(seconds) {
+  if (seconds < 90) return `${seconds.toFixed(1)} s`;
+  if (seconds < 90 * 60) return `${(seconds / 60).toFixed(1)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
+function gpuTimeText(seconds) {
+  return `${(seconds || 0).toFixed(1)} GPU-seconds`;
+}
+
+function estimateText(estimate) {
+  if (!estimate) return "no estimate";
+  const parts = estimate.workers.map((entry) => entry.basis === "measured"
+    ? `${entry.device_kind}: ${durationText(entry.total_seconds)}, ` +
+      `${entry.gpu_hours.toPrecision(3)} GPU-hours`
+    : `${entry.device_kind}: ${entry.message}`);
+  if (estimate.note) parts.push(estimate.note);
+  return parts.join("; ") || "no estimate";
 }
 
 // A job created with init_from links to the job whose weights it started from. The lineage

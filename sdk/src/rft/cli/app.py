@@ -6,6 +6,7 @@ import functools
 import os
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
@@ -15,6 +16,7 @@ from rich.live import Live
 from rich.table import Column, Table
 from rich.text import Text
 
+from rft.cli.cost import cost_lines, duration_text, estimate_lines
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
 from rft.cli.summaries import dry_run_summary, prompt_as_text, trajectory_lines
 from rft.cli.watch import job_view
@@ -144,10 +146,16 @@ def list_datasets(context: typer.Context) -> None:
 def create_job(
     context: typer.Context,
     file: Annotated[Path, typer.Option("--file", "-f", exists=True, help="The job's YAML spec.")],
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate", help="Only say what it would cost on the running workers; create nothing."
+        ),
+    ] = False,
 ) -> None:
     """Create a job from YAML: dataset_id (or dataset: a file to upload), base_model,
     reward_functions (name: {source or source_file, weight} or {model, weight}),
-    hyperparameters, guards (thresholds and pause_on), init_from."""
+    hyperparameters, guards (thresholds and pause_on), init_from. Says its expected cost."""
     spec = read_job_spec(file)
     client = client_for(context)
     dataset_path = spec.pop("dataset_path", None)
@@ -155,8 +163,15 @@ def create_job(
         dataset = client.datasets.upload(dataset_path)
         console.print(f"uploaded {dataset_path} as {dataset.id} ({dataset.row_count} rows)")
         spec["dataset"] = dataset.id
+    if estimate:
+        for line in estimate_lines(client.jobs.estimate(**spec)):
+            console.print(line, markup=False, highlight=False)
+        return
     job = client.jobs.create(**spec)
     console.print(f"created job [bold]{job.id}[/bold] ({job.status.value})")
+    if job.cost_estimate is not None:
+        for line in estimate_lines(job.cost_estimate):
+            console.print(f"  {line}", markup=False, highlight=False)
 
 
 @jobs_app.command("list")
@@ -181,9 +196,20 @@ def list_jobs(
 
 @jobs_app.command("get")
 @reports_errors
-def get_job(context: typer.Context, job_id: str) -> None:
-    """One job as JSON."""
-    console.print_json(client_for(context).jobs.get(job_id).model_dump_json())
+def get_job(
+    context: typer.Context,
+    job_id: str,
+    cost: Annotated[
+        bool, typer.Option("--cost", help="Its expected cost, GPU-seconds and time left.")
+    ] = False,
+) -> None:
+    """One job as JSON (its cost_estimate, gpu_seconds and eta_seconds among the fields)."""
+    job = client_for(context).jobs.get(job_id)
+    if cost:
+        for line in cost_lines(job):
+            console.print(line, markup=False, highlight=False)
+        return
+    console.print_json(job.model_dump_json())
 
 
 @jobs_app.command("cancel")
@@ -608,3 +634,36 @@ def chat(
         )
         answer = reply.choices[0].message.content or ""
     console.print(answer, markup=False, highlight=False)
+
+
+@app.command("usage")
+@reports_errors
+def usage(
+    context: typer.Context,
+    start: Annotated[
+        datetime | None,
+        typer.Option("--from", help="Start (UTC); default: 30 days before --to."),
+    ] = None,
+    end: Annotated[datetime | None, typer.Option("--to", help="End (UTC); default: now.")] = None,
+    group_by: Annotated[str, typer.Option(help="'day' or 'job'.")] = "day",
+) -> None:
+    """Your GPU-seconds, completion tokens and jobs, by UTC day or by job."""
+    if group_by not in ("day", "job"):
+        raise typer.BadParameter("--group-by takes 'day' or 'job'")
+    report = client_for(context).usage.retrieve(
+        start=start, end=end, group_by="day" if group_by == "day" else "job"
+    )
+    table = Table(
+        group_by, Column("GPU-seconds", justify="right"), Column("tokens", justify="right"),
+        Column("jobs", justify="right"),
+        title=f"usage {report.start:%Y-%m-%d %H:%M} .. {report.end:%Y-%m-%d %H:%M} UTC",
+    )  # fmt: skip
+    for row in report.rows:
+        key = str(row.day) if row.day is not None else str(row.job_id)
+        table.add_row(key, f"{row.gpu_seconds:,.1f}", f"{row.tokens:,}", str(row.jobs))
+    table.add_row(
+        "total", f"{report.gpu_seconds:,.1f}", f"{report.tokens:,}", str(report.jobs),
+        style="bold",
+    )  # fmt: skip
+    console.print(table)
+    console.print(f"{duration_text(report.gpu_seconds)} of device time", highlight=False)

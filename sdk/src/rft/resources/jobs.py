@@ -18,6 +18,7 @@ from rft.models import (
     CheckpointList,
     Completion,
     ConfigUpdate,
+    CostEstimate,
     Dataset,
     DryRunResult,
     Evaluation,
@@ -295,6 +296,42 @@ def _wait_is_over(job: Job, until_step: int | None) -> bool:
     return job.status.is_terminal or (until_step is not None and job.steps_completed >= until_step)
 
 
+def _estimate_request(create_arguments: dict[str, Any]) -> RequestOptions:
+    arguments = dict(CREATE_DEFAULTS)
+    unknown = sorted(set(create_arguments) - set(arguments) - {"dataset"})
+    if unknown:
+        raise TypeError(f"estimate() got unexpected arguments: {', '.join(unknown)}")
+    options = _create_request(**(arguments | create_arguments))
+    # A dry run creates nothing: no idempotency key to keep.
+    return RequestOptions("POST", "/v1/jobs/estimate", json=options.json)
+
+
+# create()'s keyword arguments and their defaults, for estimate() (dataset is required).
+CREATE_DEFAULTS: dict[str, Any] = {
+    "reward_functions": None,
+    "reward_module": None,
+    "base_model": None,
+    "method": None,
+    "hyperparameters": None,
+    "guards": None,
+    "name": None,
+    "allow_network": False,
+    "runtime_packages": (),
+    "secrets": None,
+    "idempotency_key": None,
+    "validation_dataset": None,
+    "validation_split": None,
+    "num_devices": None,
+    "num_nodes": None,
+    "engine": None,
+    "tools": None,
+    "environment": None,
+    "environments": None,
+    "init_from": None,
+    "init_from_optimizer": False,
+}
+
+
 class Jobs:
     def __init__(self, transport: SyncTransport) -> None:
         self._transport = transport
@@ -397,6 +434,15 @@ class Jobs:
             init_from_optimizer=init_from_optimizer,
         )
         return Job.model_validate(self._transport.request(options).json())
+
+    def estimate(self, **create_arguments: Any) -> CostEstimate:
+        """A dry run of :meth:`create`'s cost (the same arguments): the job's expected tokens,
+        step time and GPU-hours on the running workers that could take it, from throughput
+        they measured; nothing is created. Each job also keeps the estimate it was created
+        with (``Job.cost_estimate``)."""
+        return CostEstimate.model_validate(
+            self._transport.request(_estimate_request(create_arguments)).json()
+        )
 
     def get(self, job_id: str, /) -> Job:
         return Job.model_validate(self._get_json(f"/v1/jobs/{job_id}"))
@@ -834,6 +880,11 @@ class AsyncJobs:
             init_from_optimizer=init_from_optimizer,
         )
         return Job.model_validate((await self._transport.request(options)).json())
+
+    async def estimate(self, **create_arguments: Any) -> CostEstimate:
+        """See :meth:`Jobs.estimate`."""
+        response = await self._transport.request(_estimate_request(create_arguments))
+        return CostEstimate.model_validate(response.json())
 
     async def get(self, job_id: str, /) -> Job:
         return Job.model_validate(await self._get_json(f"/v1/jobs/{job_id}"))
