@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.base_models.model_config import read_model_files
 from service.jobs.gpu_memory import ModelShape, UnknownModelShape
-from service.models import Job
+from service.models import Job, Step
 from service.settings import Settings
 from service.usage.repository import ThroughputRepository
 
@@ -43,9 +43,9 @@ def measure_step(
     completions: int,
 ) -> bool:
     """Fold one recorded step into its throughput row. Not measured: a run's first step (its
-    warm-up: model load, vLLM start, compilation), a step without completion tokens
-    (supervised), and a job whose run kind is unknown (the worker did not say it). Whether
-    the step was measured."""
+    warm-up: model load, vLLM start, compilation; the step before it was not recorded since a
+    worker took the job), a step without completion tokens (supervised), and a job whose run
+    kind is unknown (the worker did not say it). Whether the step was measured."""
     job = session.get(Job, job_id)
     if (
         job is None
@@ -55,8 +55,12 @@ def measure_step(
         or job.model_key is None
         or job.device_kind is None
         or job.generation_backend is None
-        or step <= job.started_step + 1
+        or job.held_since is None
     ):
+        return False
+    # The run's first step has no step before it recorded since the worker took the job.
+    previous = session.get(Step, (job_id, step - 1))
+    if previous is None or previous.created_at < job.held_since:
         return False
     devices = job.num_devices * job.num_nodes
     per_completion = completion_tokens / completions

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from statistics import fmean
 
 import pytest
@@ -42,6 +43,7 @@ def job(session: Session, job_id: str) -> Job:
     row.hyperparameters = {"train_steps": 10, "prompts_per_step": 2, "num_generations": 2}
     row.model_key = f"test-shape-{uuid.uuid4().hex}"
     row.device_kind, row.generation_backend = "cpu", "transformers"
+    row.held_since = datetime.now(UTC)  # a worker took it: its run starts
     session.flush()
     return row
 
