@@ -23,6 +23,7 @@ from service.jobs.service import COMPLETION_CURSOR
 from service.jobs.status import JobStatus
 from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
 from service.parameters import AfterRowId, AfterStep, FunctionFilter, StepFilter
+from service.usage import estimates
 from service.usage.schemas import CostEstimate
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -58,7 +59,7 @@ def list_jobs(
 def estimate_job(session: SessionDep, tenant_id: CurrentTenant, payload: JobCreate) -> CostEstimate:
     """A dry run of creation's cost: what the job would cost on the running workers that could
     take it, from throughput they measured (docs/cost.md). Nothing is created."""
-    return service.estimate_job(session, tenant_id, payload)
+    return estimates.estimate_job(session, tenant_id, payload)
 
 
 @router.get("/{job_id}", response_model=Job)

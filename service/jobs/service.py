@@ -27,7 +27,7 @@ from service.events.repository import EventRepository
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
 from service.jobs.device_options import check_cuda_only_options
-from service.jobs.gpu_fit import check_gpu_memory, running_workers
+from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
 from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository
@@ -56,10 +56,7 @@ from service.secrets import seal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
 from service.usage import service as usage
-from service.usage.estimates import estimate_cost
-from service.usage.repository import ThroughputRepository
-from service.usage.schemas import CostEstimate
-from service.usage.throughput import model_key
+from service.usage.estimates import cost_estimate
 from workers.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
@@ -115,7 +112,7 @@ def create_job(
     devices_warning = _check_devices(payload)
     check_gpu_memory(payload, get_settings())  # 400: vLLM and the trainer fit no worker's GPU
     check_cuda_only_options(payload, get_settings())  # 400: QLoRA etc. on a CPU-only deployment
-    estimate = cost_estimate(session, payload)
+    estimate = cost_estimate(session, payload, get_settings())
 
     job = Job(
         id=new_id("job"),
@@ -199,23 +196,6 @@ def create_job(
     job_id, num_devices, num_nodes = job.id, job.num_devices, job.num_nodes
     after_commit(session, lambda: enqueue_training(job_id, num_devices, num_nodes))
     return job
-
-
-def cost_estimate(session: Session, payload: JobCreate) -> CostEstimate:
-    """What the job is expected to cost on the running workers that could take it
-    (service.usage.estimates)."""
-    settings = get_settings()
-    key = model_key(payload.base_model, settings)
-    return estimate_cost(ThroughputRepository(session), payload, key, running_workers(settings))
-
-
-def estimate_job(session: Session, tenant_id: str, payload: JobCreate) -> CostEstimate:
-    """A dry run of creation's cost: the dataset and base model are checked (404, 400) and
-    nothing is stored."""
-    get_dataset(session, tenant_id, payload.dataset_id)
-    payload, _ = resolve_init_from(session, tenant_id, payload, artifact_store(get_settings()))
-    check_base_model(payload.base_model, get_settings())
-    return cost_estimate(session, payload)
 
 
 def _check_validation_source(

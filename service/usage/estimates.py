@@ -14,9 +14,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from sqlalchemy.orm import Session
+
+from service.artifacts.storage import artifact_store
+from service.base_models.service import check_base_model
+from service.datasets.service import get_dataset
+from service.jobs.gpu_fit import running_workers
+from service.jobs.lineage import resolve_init_from
 from service.jobs.schemas import CUDA_ONLY_ENGINES, JobCreate
+from service.settings import Settings, get_settings
 from service.usage.repository import ThroughputRepository
 from service.usage.schemas import NO_MEASUREMENT, CostEstimate, WorkerKindEstimate
+from service.usage.throughput import model_key
 
 
 class AdvertisedWorker(Protocol):
@@ -31,6 +40,23 @@ class AdvertisedWorker(Protocol):
     def device_kind(self) -> str | None: ...
     @property
     def generation_backend(self) -> str | None: ...
+
+
+def cost_estimate(session: Session, payload: JobCreate, settings: Settings) -> CostEstimate:
+    """What the job is expected to cost on the running workers that could take it (at
+    creation, after its checks)."""
+    key = model_key(payload.base_model, settings)
+    return estimate_cost(ThroughputRepository(session), payload, key, running_workers(settings))
+
+
+def estimate_job(session: Session, tenant_id: str, payload: JobCreate) -> CostEstimate:
+    """A dry run of creation's cost: the dataset and the base model are checked (404, 400),
+    and nothing is stored."""
+    settings = get_settings()
+    get_dataset(session, tenant_id, payload.dataset_id)
+    payload, _ = resolve_init_from(session, tenant_id, payload, artifact_store(settings))
+    check_base_model(payload.base_model, settings)
+    return cost_estimate(session, payload, settings)
 
 
 def estimate_cost(

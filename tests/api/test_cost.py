@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from service.db import session_scope
+from service.events.schemas import StreamCursor
+from service.events.service import read_snapshot
 from service.models import GpuUsage, Job, Step
 from service.stack import LocalStack
 from service.usage.schemas import NO_MEASUREMENT
@@ -82,11 +84,21 @@ def test_a_running_job_states_its_eta(client: httpx.Client, api_key: str) -> Non
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["steps_completed"] == 3
     assert job["eta_seconds"] == pytest.approx(7 * fmean(durations))
+    # The event stream's job messages carry it too.
+    snapshot = read_snapshot(tenant_of(job_id), job_id, StreamCursor(0, 0))
+    assert snapshot.job.eta_seconds == pytest.approx(7 * fmean(durations))
     # Lists leave it out (one query per job); the job page and the event stream carry it.
     [listed] = client.get("/v1/jobs").json()["data"]
     assert listed["eta_seconds"] is None
     client.post(f"/v1/jobs/{job_id}/cancel")
     assert client.get(f"/v1/jobs/{job_id}").json()["eta_seconds"] is None
+
+
+def tenant_of(job_id: str) -> str:
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job.tenant_id
 
 
 def at(text: str) -> datetime:
@@ -98,36 +110,16 @@ def test_usage_by_day_and_by_job_is_the_tenants_own(
 ) -> None:
     first, second = held_job(api_key), held_job(api_key)
     with session_scope() as session:
-        tenant_id = session.get(Job, first).tenant_id  # type: ignore[union-attr]
-        # Over midnight on 2 devices: an hour on each day.
-        session.add(
-            GpuUsage(
-                tenant_id=tenant_id,
-                job_id=first,
-                devices=2,
-                started_at=at("2026-01-01T23:00"),
-                ended_at=at("2026-01-02T01:00"),
-            )
-        )
-        session.add(
-            GpuUsage(
-                tenant_id=tenant_id,
-                job_id=second,
-                devices=1,
-                started_at=at("2026-01-02T10:00"),
-                ended_at=at("2026-01-02T10:30"),
-            )
-        )
-        # Outside the period asked for: not counted.
-        session.add(
-            GpuUsage(
-                tenant_id=tenant_id,
-                job_id=second,
-                devices=1,
-                started_at=at("2026-01-05T10:00"),
-                ended_at=at("2026-01-05T11:00"),
-            )
-        )
+        tenant_id = tenant_of(first)
+        for job_id, devices, start, end in [
+            (first, 2, "2026-01-01T23:00", "2026-01-02T01:00"),  # over midnight: 1 h each day
+            (second, 1, "2026-01-02T10:00", "2026-01-02T10:30"),
+            (second, 1, "2026-01-05T10:00", "2026-01-05T11:00"),  # after the period asked for
+        ]:
+            session.add(
+                GpuUsage(tenant_id=tenant_id, job_id=job_id, devices=devices,
+                         started_at=at(start), ended_at=at(end))
+            )  # fmt: skip
         for job_id, step, tokens, when in [
             (first, 1, 100, "2026-01-01T23:30"),
             (first, 2, 50, "2026-01-02T00:30"),

@@ -1,14 +1,25 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.orm import Session
 
 from service.auth.service import get_or_create_tenant
-from service.db import session_scope
+from service.db import get_engine, session_scope
 from service.models import Job, JobConfigVersion, new_id
 from service.stack import LocalStack
 from tests.held_jobs import stored_dataset
+
+
+@pytest.fixture
+def session() -> Iterator[Session]:
+    """A transaction rolled back at the end; after-commit actions (queue messages) never run,
+    so the session's worker never sees its jobs, and what it measured never reaches others."""
+    with Session(get_engine()) as session:
+        yield session
+        session.rollback()
 
 
 @pytest.fixture

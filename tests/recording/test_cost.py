@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from statistics import fmean
 
@@ -14,7 +13,6 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db import get_engine
 from service.jobs import ownership
 from service.jobs.ownership import HeldBy
 from service.jobs.service import pause_job, resume_job
@@ -24,14 +22,6 @@ from tests.recording.steps import step_record
 from workers.step_store import record_step
 
 DURATIONS = [3.0, 0.5, 0.7, 0.9]  # the first: a run's warm-up, never measured
-
-
-@pytest.fixture
-def session() -> Iterator[Session]:
-    """A transaction rolled back at the end: the measurements never reach other tests."""
-    with Session(get_engine()) as session:
-        yield session
-        session.rollback()
 
 
 @pytest.fixture

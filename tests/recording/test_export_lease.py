@@ -4,13 +4,11 @@ the request is gone once the export ends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy.orm import Session
 
-from service.db import AFTER_COMMIT_KEY, get_engine, session_scope
+from service.db import AFTER_COMMIT_KEY, session_scope
 from service.exports import ownership
 from service.exports.status import MAX_ATTEMPTS
 from service.jobs.ownership import ExpiredLease, HeldBy
@@ -18,14 +16,6 @@ from service.models import Export, new_id
 from service.secrets import seal
 from service.settings import get_settings
 from workers.lease import LostWorkerReaper
-
-
-@pytest.fixture
-def session() -> Iterator[Session]:
-    """A transaction rolled back at the end; after-commit actions (queue messages) never run."""
-    with Session(get_engine()) as session:
-        yield session
-        session.rollback()
 
 
 def new_export(session: Session, job_id: str, **fields: object) -> Export:

@@ -10,28 +10,18 @@ worker and resumes; a killed worker's job resumes) shows the worker obeys them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db import AFTER_COMMIT_KEY, get_engine
+from service.db import AFTER_COMMIT_KEY
 from service.errors import IllegalTransition
 from service.jobs import ownership
 from service.jobs.ownership import ExpiredLease, HeldBy
 from service.jobs.service import cancel_job, pause_job, resume_job
 from service.models import Checkpoint, Job, JobEvent
-
-
-@pytest.fixture
-def session() -> Iterator[Session]:
-    """A transaction rolled back at the end; after-commit actions (queue messages) never run,
-    so the session's worker never sees these jobs."""
-    with Session(get_engine()) as session:
-        yield session
-        session.rollback()
 
 
 @pytest.fixture
