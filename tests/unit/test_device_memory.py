@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 from service.settings import Settings
@@ -47,3 +48,24 @@ def test_adverts_old_and_new_are_read() -> None:
     # Workers from before: no memory, no vLLM said, so nothing is checked against them.
     assert _capacity(json.dumps({"devices": 2, "accelerator": "cuda"})) == WorkerCapacity(2, "cuda")
     assert _capacity("3") == WorkerCapacity(3, "cpu")
+
+
+def test_adverts_say_the_device_kind_and_generation_backend() -> None:
+    advert = {"devices": 1, "accelerator": "cuda", "device_kind": "cuda:NVIDIA H200"}
+    read = _capacity(json.dumps({**advert, "generation_backend": "vllm"}))
+    assert (read.device_kind, read.generation_backend) == ("cuda:NVIDIA H200", "vllm")
+    # Older workers (or a garbled field) say nothing: their kind is unknown, never guessed.
+    old = _capacity(json.dumps({"devices": 1, "accelerator": "cpu", "device_kind": 7}))
+    assert (old.device_kind, old.generation_backend) == (None, None)
+
+
+def test_the_device_kind_names_the_gpu(monkeypatch: Any) -> None:
+    assert device_memory.device_kind("cpu") == "cpu"
+    monkeypatch.setattr(device_memory.shutil, "which", lambda name: None)
+    assert device_memory.device_kind("cuda") == "cuda"  # no nvidia-smi to ask
+    monkeypatch.setattr(device_memory.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    listed = subprocess.CompletedProcess([], 0, stdout="NVIDIA H200\nNVIDIA H200\n")
+    monkeypatch.setattr(device_memory.subprocess, "run", lambda *args, **kwargs: listed)
+    assert device_memory.device_kind("cuda") == "cuda:NVIDIA H200"
+    assert device_memory.generation_backend(Settings(generation_backend="vllm"), "cpu") == "vllm"
+    assert device_memory.generation_backend(Settings(), "cpu") == "transformers"
