@@ -64,8 +64,11 @@ def usage(
     group_by: UsageGrouping,
 ) -> Usage:
     now = datetime.now(UTC)
-    end = _utc(end) if end is not None else now
-    start = _utc(start) if start is not None else end - timedelta(days=30)
+    try:
+        end = _utc(end) if end is not None else now
+        start = _utc(start) if start is not None else end - timedelta(days=30)
+    except OverflowError:
+        raise BadRequest("from and to must be times from year 1 on, in UTC") from None
     if start >= end:
         raise BadRequest(f"from ({start.isoformat()}) must be before to ({end.isoformat()})")
     if end - start > timedelta(days=MAX_USAGE_DAYS):

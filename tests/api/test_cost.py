@@ -162,5 +162,7 @@ def test_bad_usage_periods_are_refused(client: httpx.Client) -> None:
     assert backwards.status_code == 400 and "before" in backwards.text
     too_long = client.get("/v1/usage", params={"from": "2020-01-01", "to": "2026-01-01"})
     assert too_long.status_code == 400 and "366 days" in too_long.text
+    edge = client.get("/v1/usage", params={"to": "0001-01-02T00:00:00Z"})
+    assert edge.status_code == 400 and "year 1" in edge.text
     weekly = client.get("/v1/usage", params={"group_by": "week"})
     assert weekly.status_code == 422 and "group_by" in weekly.text
