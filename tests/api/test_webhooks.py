@@ -1,0 +1,388 @@
+"""Webhooks: registration (validated, tenant-scoped, the secret shown once) and delivery to a
+real local HTTP receiver the test starts: signed so that the openai client verifies it, retried
+with backoff past a receiver that is down and then failing, logged try by try.
+
+The module runs a stack of its own, without workers: every worker process runs a dispatcher,
+and the session stack's would race the test's for the deliveries. Its operator setting allows
+127.0.0.1 (RFT_SANDBOX_EGRESS_ALLOW, as a deployment allows an internal host), so the local
+receiver can be registered. The test process sends the deliveries by calling the
+dispatcher's one pass, with a clock it moves: no waiting, no wall-clock margins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+from openai.types.webhooks import FineTuningJobCancelledWebhookEvent
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from sandbox.egress import EgressPolicy
+from service.auth.repository import AuthRepository
+from service.auth.service import hash_api_key
+from service.db import to_sqlalchemy_url
+from service.jobs import ownership
+from service.models import Job, new_id
+from service.settings import Settings
+from service.stack import LocalStack
+from service.webhooks.dispatcher import Dispatcher
+from service.webhooks.repository import WebhookRepository
+from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
+from tests.held_jobs import STAND_IN_WORKER, UNCLAIMED_DEVICES, stored_dataset
+
+# The receiver's address, allowed by the operator setting of this module's stack.
+LOCAL = "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def hooks_stack() -> Iterator[LocalStack]:
+    env = {"RFT_SANDBOX_EGRESS_ALLOW": LOCAL, "RFT_HUB_CHECK": "off"}
+    with stack_of_its_own("rft-webhooks-", env=env, workers=0) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def sessions(hooks_stack: LocalStack) -> Iterator[sessionmaker[Session]]:
+    engine = create_engine(to_sqlalchemy_url(hooks_stack.database_url or ""))
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+@pytest.fixture
+def api_key(hooks_stack: LocalStack) -> str:
+    return new_tenant_key(hooks_stack)
+
+
+@pytest.fixture
+def client(hooks_stack: LocalStack, api_key: str) -> Iterator[httpx.Client]:
+    with tenant_client(hooks_stack, api_key) as http:
+        yield http
+
+
+@pytest.fixture
+def other_client(hooks_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(hooks_stack) as http:
+        yield http
+
+
+class Clock:
+    """The dispatcher's time: moved by the test, never waited for."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def dispatcher(
+    stack: LocalStack,
+    sessions: sessionmaker[Session],
+    clock: Clock,
+    *,
+    policy: EgressPolicy | None = None,
+    **settings: Any,
+) -> Dispatcher:
+    """The dispatcher a worker runs, with the stack's secrets key, the operator's allowance
+    for the local receiver (unless ``policy``) and ``clock``."""
+    return Dispatcher(
+        sessions,
+        Settings(secrets_key_file=stack.state_dir / "secrets.key", **settings),
+        policy or EgressPolicy(allowed_hosts=[LOCAL]),
+        clock=clock,
+    )
+
+
+class Receiver:
+    """A local HTTP server that records what it is sent and answers each request with the
+    next of ``answers`` (200 once they run out). It is bound from the start but refuses
+    connections (nothing listens) until ``up()``: a receiver that is down."""
+
+    def __init__(self, answers: list[int] | None = None) -> None:
+        self.answers = list(answers or [])
+        self.received: list[tuple[dict[str, str], str]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.answers.pop(0) if receiver.answers else 200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((LOCAL, 0), Handler, bind_and_activate=False)
+        self.server.server_bind()
+        self.url = f"http://{LOCAL}:{self.server.server_address[1]}/hooks/rft"
+        self.thread: threading.Thread | None = None
+
+    def up(self) -> None:
+        self.server.server_activate()
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def receiver(answers: list[int] | None = None, *, up: bool = True) -> Iterator[Receiver]:
+    running = Receiver(answers)
+    if up:
+        running.up()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def held_job(sessions: sessionmaker[Session], api_key: str) -> str:
+    """A running job of the key's tenant, held by a stand-in worker (tests/held_jobs.py)."""
+    with sessions.begin() as session:
+        key = AuthRepository(session).get_active_key_by_hash(hash_api_key(api_key))
+        assert key is not None
+        dataset = stored_dataset(session, key.tenant_id, "held")
+        job = Job(
+            id=new_id("job"),
+            tenant_id=key.tenant_id,
+            dataset_id=dataset.id,
+            base_model="rft-tiny",
+            hyperparameters={"train_steps": 100},
+            num_devices=UNCLAIMED_DEVICES,
+            status="running",
+            worker_id=STAND_IN_WORKER,
+            heartbeat_at=datetime.now(UTC),
+            started_at=datetime.now(UTC),
+        )
+        session.add(job)
+        return job.id
+
+
+def register(client: httpx.Client, url: str, *event_types: str) -> dict[str, Any]:
+    response = client.post("/v1/webhooks", json={"url": url, "event_types": list(event_types)})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def deliveries(client: httpx.Client, webhook_id: str) -> list[dict[str, Any]]:
+    response = client.get(f"/v1/webhooks/{webhook_id}/deliveries")
+    assert response.status_code == 200, response.text
+    return response.json()["data"]
+
+
+def verified(secret: str, headers: dict[str, str], body: str) -> Any:
+    """The event as the official openai client unwraps it (raises on a bad signature)."""
+    return OpenAI(api_key="unused", webhook_secret=secret).webhooks.unwrap(body, headers)
+
+
+# --- registration ---------------------------------------------------------------------------
+
+
+def test_a_webhook_is_registered_listed_and_deleted_and_its_secret_shown_once(
+    client: httpx.Client,
+) -> None:
+    created = register(client, "https://hooks.example.com/rft", "job.failed", "job.succeeded")
+    assert created["secret"].startswith("whsec_")
+    assert created["event_types"] == ["job.succeeded", "job.failed"]  # in the documented order
+    listed = client.get("/v1/webhooks").json()["data"]
+    assert [hook["id"] for hook in listed] == [created["id"]]
+    fetched = client.get(f"/v1/webhooks/{created['id']}").json()
+    assert "secret" not in fetched and "secret" not in listed[0]
+    assert fetched["url"] == "https://hooks.example.com/rft"
+    assert client.delete(f"/v1/webhooks/{created['id']}").status_code == 204
+    assert client.get(f"/v1/webhooks/{created['id']}").status_code == 404
+
+
+def test_unknown_event_types_are_a_400_naming_them(client: httpx.Client) -> None:
+    response = client.post(
+        "/v1/webhooks",
+        json={
+            "url": "https://hooks.example.com/rft",
+            "event_types": ["job.succeeded", "job.exploded", "fine_tuning.job.paused"],
+        },
+    )
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert "job.exploded" in detail and "fine_tuning.job.paused" in detail
+    assert "job.succeeded'" not in detail.split(";")[0]  # only the unknown ones are named
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("ftp://hooks.example.com/rft", "http"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://10.1.2.3:8080/hook", "private"),
+        ("http://[::1]:8000/hook", "loopback"),
+        ("https://user:pw@hooks.example.com/rft", "credentials"),
+    ],
+)
+def test_urls_that_are_not_http_or_point_inside_are_refused(
+    client: httpx.Client, url: str, named: str
+) -> None:
+    response = client.post("/v1/webhooks", json={"url": url, "event_types": ["job.failed"]})
+    assert response.status_code == 400, response.text
+    assert named in response.json()["detail"]
+
+
+def test_another_tenants_webhook_is_a_404(client: httpx.Client, other_client: httpx.Client) -> None:
+    hook = register(client, "https://hooks.example.com/rft", "job.failed")
+    path = f"/v1/webhooks/{hook['id']}"
+    assert other_client.get("/v1/webhooks").json()["data"] == []
+    assert other_client.get(path).status_code == 404
+    assert other_client.get(f"{path}/deliveries").status_code == 404
+    assert other_client.post(f"{path}/test").status_code == 404
+    assert other_client.delete(path).status_code == 404
+    assert client.get(path).status_code == 200
+
+
+# --- delivery -------------------------------------------------------------------------------
+
+
+def test_a_cancelled_job_reaches_a_local_receiver_signed_as_openai_signs(
+    hooks_stack: LocalStack,
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    api_key: str,
+) -> None:
+    with receiver() as local:
+        hook = register(client, local.url, "job.cancelled", "fine_tuning.job.cancelled")
+        job_id = held_job(sessions, api_key)
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        clock = Clock()  # from now on: the deliveries are due
+        sent = dispatcher(hooks_stack, sessions, clock).run_once()
+        assert sent == 2
+        assert dispatcher(hooks_stack, sessions, clock).run_once() == 0  # nothing left
+        events = {}
+        for headers, body in local.received:
+            event = verified(hook["secret"], headers, body)
+            events[event.type] = (event, headers)
+    ours, _ = events["job.cancelled"]
+    theirs, headers = events["fine_tuning.job.cancelled"]
+    assert isinstance(theirs, FineTuningJobCancelledWebhookEvent)
+    assert theirs.data.id == job_id and theirs.object == "event"
+    assert ours.data.id == job_id  # type: ignore[union-attr]
+    log = {delivery["event_type"]: delivery for delivery in deliveries(client, hook["id"])}
+    assert log["job.cancelled"]["payload"]["data"]["status"] == "cancelled"
+    assert log["fine_tuning.job.cancelled"]["id"] == headers["webhook-id"]
+    for delivery in log.values():
+        assert delivery["status"] == "delivered"
+        assert [attempt["status_code"] for attempt in delivery["attempts"]] == [200]
+    with pytest.raises(Exception, match="signature"):
+        verified(hook["secret"], headers, local.received[0][1].replace(job_id, "job_other"))
+
+
+def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
+    hooks_stack: LocalStack,
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    api_key: str,
+) -> None:
+    with receiver([500], up=False) as local:
+        hook = register(client, local.url, "job.paused")
+        job_id = held_job(sessions, api_key)
+        # A guard's pause, then the worker letting go: the moves a worker makes.
+        with sessions.begin() as session:
+            assert ownership.pause(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
+        with sessions.begin() as session:
+            ownership.release(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
+        clock = Clock()
+        send = dispatcher(hooks_stack, sessions, clock, webhook_retry_base_s=60).run_once
+
+        assert send() == 1  # down: nothing listens
+        assert send() == 0  # the retry is not due yet
+        local.up()
+        clock.now += timedelta(seconds=59)
+        assert send() == 0
+        clock.now += timedelta(seconds=1)
+        assert send() == 1  # up, but answers 500
+        clock.now += timedelta(seconds=119)
+        assert send() == 0  # the wait doubled
+        clock.now += timedelta(seconds=1)
+        assert send() == 1  # 200
+        assert send() == 0
+
+    [delivery] = deliveries(client, hook["id"])
+    assert delivery["status"] == "delivered" and delivery["next_attempt_at"] is None
+    attempts = delivery["attempts"]
+    assert [attempt["number"] for attempt in attempts] == [1, 2, 3]
+    assert [attempt["status_code"] for attempt in attempts] == [None, 500, 200]
+    assert "cannot connect" in attempts[0]["error"]
+    assert attempts[1]["error"].startswith("HTTP 500")
+    # Both tries that reached it carried the same message, each signed afresh.
+    (first_headers, first_body), (headers, body) = local.received
+    assert first_headers["webhook-id"] == headers["webhook-id"] == delivery["id"]
+    assert first_body == body
+    event = verified(hook["secret"], headers, body)
+    assert event.type == "job.paused" and event.data.id == job_id  # type: ignore[union-attr]
+
+
+def test_a_delivery_is_failed_after_its_last_try_and_the_policy_is_asked_every_time(
+    hooks_stack: LocalStack,
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+) -> None:
+    with receiver() as local:
+        hook = register(client, local.url, "job.failed")
+        queued = client.post(f"/v1/webhooks/{hook['id']}/test")
+        assert queued.status_code == 202 and queued.json()["event_type"] == "webhook.test"
+        clock = Clock()
+        # A deployment that does not allow the address (any more): each try is refused.
+        send = dispatcher(
+            hooks_stack, sessions, clock, policy=EgressPolicy(), webhook_max_attempts=2
+        ).run_once
+        assert send() == 1
+        clock.now += timedelta(days=1)
+        assert send() == 1
+        clock.now += timedelta(days=1)
+        assert send() == 0
+        assert local.received == []
+    [delivery] = deliveries(client, hook["id"])
+    assert delivery["status"] == "failed" and delivery["next_attempt_at"] is None
+    assert len(delivery["attempts"]) == 2
+    assert all("loopback" in attempt["error"] for attempt in delivery["attempts"])
+
+
+def test_two_dispatchers_never_send_one_delivery_at_once(
+    hooks_stack: LocalStack,
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+) -> None:
+    with receiver() as local:
+        hook = register(client, local.url, "job.failed")
+        client.post(f"/v1/webhooks/{hook['id']}/test")
+        clock = Clock()
+        other = dispatcher(hooks_stack, sessions, clock)
+        with sessions() as session, session.begin():
+            # A first dispatcher holds the delivery (mid-send)...
+            held = WebhookRepository(session).next_due(clock())
+            assert held is not None
+            assert other.run_once() == 0  # ...so the second passes it over.
+        assert local.received == []
+        assert other.run_once() == 1
+        assert len(local.received) == 1
+
+
+def test_a_deleted_webhook_sends_nothing_more(
+    hooks_stack: LocalStack, sessions: sessionmaker[Session], client: httpx.Client
+) -> None:
+    with receiver() as local:
+        hook = register(client, local.url, "job.failed")
+        client.post(f"/v1/webhooks/{hook['id']}/test")
+        assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
+        assert dispatcher(hooks_stack, sessions, Clock()).run_once() == 0
+        assert local.received == []
