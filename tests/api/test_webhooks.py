@@ -26,17 +26,14 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from sandbox.egress import EgressPolicy
-from service.auth.repository import AuthRepository
-from service.auth.service import hash_api_key
 from service.db import to_sqlalchemy_url
 from service.jobs import ownership
-from service.models import Job, new_id
 from service.settings import Settings
 from service.stack import LocalStack
 from service.webhooks.dispatcher import Dispatcher
 from service.webhooks.repository import WebhookRepository
 from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
-from tests.held_jobs import STAND_IN_WORKER, UNCLAIMED_DEVICES, stored_dataset
+from tests.held_jobs import STAND_IN_WORKER, held_job
 
 # The receiver's address, allowed by the operator setting of this module's stack.
 LOCAL = "127.0.0.1"
@@ -150,32 +147,18 @@ def receiver(answers: list[int] | None = None, *, up: bool = True) -> Iterator[R
         running.close()
 
 
-def held_job(sessions: sessionmaker[Session], api_key: str) -> str:
-    """A running job of the key's tenant, held by a stand-in worker (tests/held_jobs.py)."""
-    with sessions.begin() as session:
-        key = AuthRepository(session).get_active_key_by_hash(hash_api_key(api_key))
-        assert key is not None
-        dataset = stored_dataset(session, key.tenant_id, "held")
-        job = Job(
-            id=new_id("job"),
-            tenant_id=key.tenant_id,
-            dataset_id=dataset.id,
-            base_model="rft-tiny",
-            hyperparameters={"train_steps": 100},
-            num_devices=UNCLAIMED_DEVICES,
-            status="running",
-            worker_id=STAND_IN_WORKER,
-            heartbeat_at=datetime.now(UTC),
-            started_at=datetime.now(UTC),
-        )
-        session.add(job)
-        return job.id
-
-
 def register(client: httpx.Client, url: str, *event_types: str) -> dict[str, Any]:
     response = client.post("/v1/webhooks", json={"url": url, "event_types": list(event_types)})
     assert response.status_code == 201, response.text
     return response.json()
+
+
+def pinged(client: httpx.Client, url: str) -> dict[str, Any]:
+    """A webhook registered for ``url`` with a ``webhook.test`` delivery queued."""
+    hook = register(client, url, "job.failed")
+    queued = client.post(f"/v1/webhooks/{hook['id']}/test")
+    assert queued.status_code == 202 and queued.json()["event_type"] == "webhook.test"
+    return hook
 
 
 def deliveries(client: httpx.Client, webhook_id: str) -> list[dict[str, Any]]:
@@ -261,7 +244,7 @@ def test_a_cancelled_job_reaches_a_local_receiver_signed_as_openai_signs(
 ) -> None:
     with receiver() as local:
         hook = register(client, local.url, "job.cancelled", "fine_tuning.job.cancelled")
-        job_id = held_job(sessions, api_key)
+        job_id = held_job(api_key, unit_of_work=sessions.begin)
         assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
         clock = Clock()  # from now on: the deliveries are due
         sent = dispatcher(hooks_stack, sessions, clock).run_once()
@@ -294,7 +277,7 @@ def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
 ) -> None:
     with receiver([500], up=False) as local:
         hook = register(client, local.url, "job.paused")
-        job_id = held_job(sessions, api_key)
+        job_id = held_job(api_key, unit_of_work=sessions.begin)
         # A guard's pause, then the worker letting go: the moves a worker makes.
         with sessions.begin() as session:
             assert ownership.pause(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
@@ -337,9 +320,7 @@ def test_a_delivery_is_failed_after_its_last_try_and_the_policy_is_asked_every_t
     client: httpx.Client,
 ) -> None:
     with receiver() as local:
-        hook = register(client, local.url, "job.failed")
-        queued = client.post(f"/v1/webhooks/{hook['id']}/test")
-        assert queued.status_code == 202 and queued.json()["event_type"] == "webhook.test"
+        hook = pinged(client, local.url)
         clock = Clock()
         # A deployment that does not allow the address (any more): each try is refused.
         send = dispatcher(
@@ -363,8 +344,7 @@ def test_two_dispatchers_never_send_one_delivery_at_once(
     client: httpx.Client,
 ) -> None:
     with receiver() as local:
-        hook = register(client, local.url, "job.failed")
-        client.post(f"/v1/webhooks/{hook['id']}/test")
+        pinged(client, local.url)
         clock = Clock()
         other = dispatcher(hooks_stack, sessions, clock)
         with sessions() as session, session.begin():
@@ -381,8 +361,7 @@ def test_a_deleted_webhook_sends_nothing_more(
     hooks_stack: LocalStack, sessions: sessionmaker[Session], client: httpx.Client
 ) -> None:
     with receiver() as local:
-        hook = register(client, local.url, "job.failed")
-        client.post(f"/v1/webhooks/{hook['id']}/test")
+        hook = pinged(client, local.url)
         assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
         assert dispatcher(hooks_stack, sessions, Clock()).run_once() == 0
         assert local.received == []
