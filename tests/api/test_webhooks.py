@@ -178,14 +178,14 @@ def verified(secret: str, headers: dict[str, str], body: str) -> Any:
 def test_a_webhook_is_registered_listed_and_deleted_and_its_secret_shown_once(
     client: httpx.Client,
 ) -> None:
-    created = register(client, "https://hooks.example.com/rft", "job.failed", "job.succeeded")
+    created = register(client, "https://hooks.example.invalid/rft", "job.failed", "job.succeeded")
     assert created["secret"].startswith("whsec_")
     assert created["event_types"] == ["job.succeeded", "job.failed"]  # in the documented order
     listed = client.get("/v1/webhooks").json()["data"]
     assert [hook["id"] for hook in listed] == [created["id"]]
     fetched = client.get(f"/v1/webhooks/{created['id']}").json()
     assert "secret" not in fetched and "secret" not in listed[0]
-    assert fetched["url"] == "https://hooks.example.com/rft"
+    assert fetched["url"] == "https://hooks.example.invalid/rft"
     assert client.delete(f"/v1/webhooks/{created['id']}").status_code == 204
     assert client.get(f"/v1/webhooks/{created['id']}").status_code == 404
 
@@ -194,7 +194,7 @@ def test_unknown_event_types_are_a_400_naming_them(client: httpx.Client) -> None
     response = client.post(
         "/v1/webhooks",
         json={
-            "url": "https://hooks.example.com/rft",
+            "url": "https://hooks.example.invalid/rft",
             "event_types": ["job.succeeded", "job.exploded", "fine_tuning.job.paused"],
         },
     )
@@ -207,11 +207,11 @@ def test_unknown_event_types_are_a_400_naming_them(client: httpx.Client) -> None
 @pytest.mark.parametrize(
     ("url", "named"),
     [
-        ("ftp://hooks.example.com/rft", "http"),
+        ("ftp://hooks.example.invalid/rft", "http"),
         ("http://169.254.169.254/latest/meta-data", "link-local"),
         ("http://10.1.2.3:8080/hook", "private"),
         ("http://[::1]:8000/hook", "loopback"),
-        ("https://user:pw@hooks.example.com/rft", "credentials"),
+        ("https://user:pw@hooks.example.invalid/rft", "credentials"),
     ],
 )
 def test_urls_that_are_not_http_or_point_inside_are_refused(
@@ -223,7 +223,7 @@ def test_urls_that_are_not_http_or_point_inside_are_refused(
 
 
 def test_another_tenants_webhook_is_a_404(client: httpx.Client, other_client: httpx.Client) -> None:
-    hook = register(client, "https://hooks.example.com/rft", "job.failed")
+    hook = register(client, "https://hooks.example.invalid/rft", "job.failed")
     path = f"/v1/webhooks/{hook['id']}"
     assert other_client.get("/v1/webhooks").json()["data"] == []
     assert other_client.get(path).status_code == 404
