@@ -12,6 +12,7 @@ dispatcher's one pass, with a clock it moves: no waiting, no wall-clock margins.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -34,9 +35,11 @@ from service.webhooks.dispatcher import Dispatcher
 from service.webhooks.repository import WebhookRepository
 from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
 from tests.held_jobs import STAND_IN_WORKER, held_job
+from tests.tiny import TINY_HYPERPARAMETERS
 
 # The receiver's address, allowed by the operator setting of this module's stack.
 LOCAL = "127.0.0.1"
+SOURCE = "def f(prompt, completion, example):\n    return 1.0\n"
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +270,30 @@ def test_a_cancelled_job_reaches_a_local_receiver_signed_as_openai_signs(
         assert [attempt["status_code"] for attempt in delivery["attempts"]] == [200]
     with pytest.raises(Exception, match="signature"):
         verified(hook["secret"], headers, local.received[0][1].replace(job_id, "job_other"))
+
+
+def test_a_created_job_writes_job_created_for_its_tenant_only(
+    client: httpx.Client, other_client: httpx.Client
+) -> None:
+    hook = register(client, "https://hooks.example.invalid/rft", "job.created")
+    rows = "\n".join(json.dumps({"prompt": f"p{i}"}) for i in range(4)).encode()
+    jobs = {}
+    for tenant in (client, other_client):
+        dataset = tenant.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()
+        created = tenant.post(
+            "/v1/jobs",
+            json={
+                "dataset_id": dataset["id"],
+                "reward_functions": {"f": {"source": SOURCE}},
+                "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
+            },
+        )
+        assert created.status_code == 201, created.text
+        jobs[tenant] = created.json()["id"]
+    [delivery] = deliveries(client, hook["id"])  # nothing of the other tenant's job
+    assert delivery["event_type"] == "job.created" and delivery["status"] == "pending"
+    assert delivery["payload"]["data"] == {"id": jobs[client], "status": "queued"}
+    assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204  # nothing to send
 
 
 def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
