@@ -2,11 +2,13 @@
 real local HTTP receiver the test starts: signed so that the openai client verifies it, retried
 with backoff past a receiver that is down and then failing, logged try by try.
 
-The module runs a stack of its own, without workers: every worker process runs a dispatcher,
-and the session stack's would race the test's for the deliveries. Its operator setting allows
-127.0.0.1 (RFT_SANDBOX_EGRESS_ALLOW, as a deployment allows an internal host), so the local
-receiver can be registered. The test process sends the deliveries by calling the
-dispatcher's one pass, with a clock it moves: no waiting, no wall-clock margins.
+On the session's idle stack: it has no worker, and every worker process runs a dispatcher
+(the session stack's would race the test's for the deliveries). The test process sends them
+by calling the dispatcher's one pass, with a clock it moves: no waiting, no wall-clock
+margins. The receiver is registered by a name that resolves nowhere (accepted: the policy is
+asked at each try); the test's dispatcher holds the deployment's egress policy with the name
+resolving to the receiver's loopback address and allowed, as an operator allows an internal
+host (RFT_SANDBOX_EGRESS_ALLOW): the policy is the part a test injects.
 """
 
 from __future__ import annotations
@@ -23,53 +25,60 @@ import httpx
 import pytest
 from openai import OpenAI
 from openai.types.webhooks import FineTuningJobCancelledWebhookEvent
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from sandbox.egress import EgressPolicy
 from service.db import to_sqlalchemy_url
 from service.jobs import ownership
+from service.models import WebhookDelivery
 from service.settings import Settings
 from service.stack import LocalStack
 from service.webhooks.dispatcher import Dispatcher
-from service.webhooks.repository import WebhookRepository
-from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
+from service.webhooks.repository import PENDING, WebhookRepository
+from tests.conftest import new_tenant_key, tenant_client
 from tests.held_jobs import STAND_IN_WORKER, held_job
 from tests.tiny import TINY_HYPERPARAMETERS
 
-# The receiver's address, allowed by the operator setting of this module's stack.
 LOCAL = "127.0.0.1"
+# The receiver's name in its URLs: .invalid never resolves, except in the test's policy.
+RECEIVER = "receiver.invalid"
 SOURCE = "def f(prompt, completion, example):\n    return 1.0\n"
 
 
-@pytest.fixture(scope="module")
-def hooks_stack() -> Iterator[LocalStack]:
-    env = {"RFT_SANDBOX_EGRESS_ALLOW": LOCAL, "RFT_HUB_CHECK": "off"}
-    with stack_of_its_own("rft-webhooks-", env=env, workers=0) as stack:
-        yield stack
+def receiver_resolver(host: str, port: int) -> list[str]:
+    if host == RECEIVER:
+        return [LOCAL]
+    raise OSError(f"{host} resolves nowhere here")
 
 
 @pytest.fixture(scope="module")
-def sessions(hooks_stack: LocalStack) -> Iterator[sessionmaker[Session]]:
-    engine = create_engine(to_sqlalchemy_url(hooks_stack.database_url or ""))
-    yield sessionmaker(engine, expire_on_commit=False)
+def sessions(idle_stack: LocalStack) -> Iterator[sessionmaker[Session]]:
+    """Transactions on the idle stack's database. Deliveries other modules left pending there
+    (the fuzzer registers webhooks too; no worker sends them on that stack) are dropped
+    first: this module's dispatcher sends what is due, and counts what it sent."""
+    engine = create_engine(to_sqlalchemy_url(idle_stack.database_url or ""))
+    factory = sessionmaker(engine, expire_on_commit=False)
+    with factory.begin() as session:
+        session.execute(delete(WebhookDelivery).where(WebhookDelivery.status == PENDING))
+    yield factory
     engine.dispose()
 
 
 @pytest.fixture
-def api_key(hooks_stack: LocalStack) -> str:
-    return new_tenant_key(hooks_stack)
+def api_key(idle_stack: LocalStack) -> str:
+    return new_tenant_key(idle_stack)
 
 
 @pytest.fixture
-def client(hooks_stack: LocalStack, api_key: str) -> Iterator[httpx.Client]:
-    with tenant_client(hooks_stack, api_key) as http:
+def client(idle_stack: LocalStack, api_key: str) -> Iterator[httpx.Client]:
+    with tenant_client(idle_stack, api_key) as http:
         yield http
 
 
 @pytest.fixture
-def other_client(hooks_stack: LocalStack) -> Iterator[httpx.Client]:
-    with tenant_client(hooks_stack) as http:
+def other_client(idle_stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(idle_stack) as http:
         yield http
 
 
@@ -88,15 +97,15 @@ def dispatcher(
     sessions: sessionmaker[Session],
     clock: Clock,
     *,
-    policy: EgressPolicy | None = None,
+    allowed: bool = True,
     **settings: Any,
 ) -> Dispatcher:
-    """The dispatcher a worker runs, with the stack's secrets key, the operator's allowance
-    for the local receiver (unless ``policy``) and ``clock``."""
+    """The dispatcher a worker runs, with the stack's secrets key and ``clock``; the receiver
+    is allowed unless ``allowed`` is False (then its loopback address is refused)."""
     return Dispatcher(
         sessions,
         Settings(secrets_key_file=stack.state_dir / "secrets.key", **settings),
-        policy or EgressPolicy(allowed_hosts=[LOCAL]),
+        EgressPolicy(allowed_hosts=[RECEIVER] if allowed else [], resolver=receiver_resolver),
         clock=clock,
     )
 
@@ -125,7 +134,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer((LOCAL, 0), Handler, bind_and_activate=False)
         self.server.server_bind()
-        self.url = f"http://{LOCAL}:{self.server.server_address[1]}/hooks/rft"
+        self.url = f"http://{RECEIVER}:{self.server.server_address[1]}/hooks/rft"
         self.thread: threading.Thread | None = None
 
     def up(self) -> None:
@@ -214,6 +223,7 @@ def test_unknown_event_types_are_a_400_naming_them(client: httpx.Client) -> None
         ("http://169.254.169.254/latest/meta-data", "link-local"),
         ("http://10.1.2.3:8080/hook", "private"),
         ("http://[::1]:8000/hook", "loopback"),
+        ("http://127.0.0.1:8000/hook", "own hosts"),  # the API listens there
         ("https://user:pw@hooks.example.invalid/rft", "credentials"),
     ],
 )
@@ -240,7 +250,7 @@ def test_another_tenants_webhook_is_a_404(client: httpx.Client, other_client: ht
 
 
 def test_a_cancelled_job_reaches_a_local_receiver_signed_as_openai_signs(
-    hooks_stack: LocalStack,
+    idle_stack: LocalStack,
     sessions: sessionmaker[Session],
     client: httpx.Client,
     api_key: str,
@@ -250,9 +260,9 @@ def test_a_cancelled_job_reaches_a_local_receiver_signed_as_openai_signs(
         job_id = held_job(api_key, unit_of_work=sessions.begin)
         assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
         clock = Clock()  # from now on: the deliveries are due
-        sent = dispatcher(hooks_stack, sessions, clock).run_once()
+        sent = dispatcher(idle_stack, sessions, clock).run_once()
         assert sent == 2
-        assert dispatcher(hooks_stack, sessions, clock).run_once() == 0  # nothing left
+        assert dispatcher(idle_stack, sessions, clock).run_once() == 0  # nothing left
         events = {}
         for headers, body in local.received:
             event = verified(hook["secret"], headers, body)
@@ -297,7 +307,7 @@ def test_a_created_job_writes_job_created_for_its_tenant_only(
 
 
 def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
-    hooks_stack: LocalStack,
+    idle_stack: LocalStack,
     sessions: sessionmaker[Session],
     client: httpx.Client,
     api_key: str,
@@ -311,7 +321,7 @@ def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
         with sessions.begin() as session:
             ownership.release(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
         clock = Clock()
-        send = dispatcher(hooks_stack, sessions, clock, webhook_retry_base_s=60).run_once
+        send = dispatcher(idle_stack, sessions, clock, webhook_retry_base_s=60).run_once
 
         assert send() == 1  # down: nothing listens
         assert send() == 0  # the retry is not due yet
@@ -342,7 +352,7 @@ def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
 
 
 def test_a_delivery_is_failed_after_its_last_try_and_the_policy_is_asked_every_time(
-    hooks_stack: LocalStack,
+    idle_stack: LocalStack,
     sessions: sessionmaker[Session],
     client: httpx.Client,
 ) -> None:
@@ -351,7 +361,7 @@ def test_a_delivery_is_failed_after_its_last_try_and_the_policy_is_asked_every_t
         clock = Clock()
         # A deployment that does not allow the address (any more): each try is refused.
         send = dispatcher(
-            hooks_stack, sessions, clock, policy=EgressPolicy(), webhook_max_attempts=2
+            idle_stack, sessions, clock, allowed=False, webhook_max_attempts=2
         ).run_once
         assert send() == 1
         clock.now += timedelta(days=1)
@@ -366,14 +376,14 @@ def test_a_delivery_is_failed_after_its_last_try_and_the_policy_is_asked_every_t
 
 
 def test_two_dispatchers_never_send_one_delivery_at_once(
-    hooks_stack: LocalStack,
+    idle_stack: LocalStack,
     sessions: sessionmaker[Session],
     client: httpx.Client,
 ) -> None:
     with receiver() as local:
         pinged(client, local.url)
         clock = Clock()
-        other = dispatcher(hooks_stack, sessions, clock)
+        other = dispatcher(idle_stack, sessions, clock)
         with sessions() as session, session.begin():
             # A first dispatcher holds the delivery (mid-send)...
             held = WebhookRepository(session).next_due(clock())
@@ -385,10 +395,10 @@ def test_two_dispatchers_never_send_one_delivery_at_once(
 
 
 def test_a_deleted_webhook_sends_nothing_more(
-    hooks_stack: LocalStack, sessions: sessionmaker[Session], client: httpx.Client
+    idle_stack: LocalStack, sessions: sessionmaker[Session], client: httpx.Client
 ) -> None:
     with receiver() as local:
         hook = pinged(client, local.url)
         assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
-        assert dispatcher(hooks_stack, sessions, Clock()).run_once() == 0
+        assert dispatcher(idle_stack, sessions, Clock()).run_once() == 0
         assert local.received == []
