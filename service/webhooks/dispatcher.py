@@ -75,7 +75,8 @@ class Dispatcher:
             if delivery is None:
                 return False
             endpoint = repository.get_endpoint_any_tenant(delivery.endpoint_id)
-            if endpoint is None:  # deleted meanwhile (its deliveries go with it)
+            if endpoint is None:  # cannot be (its deliveries go with it): never retried
+                delivery.status, delivery.next_attempt_at = FAILED, None
                 return True
             try:
                 secret = unseal(endpoint.secret_sealed, self.settings)[SECRET_KEY]
