@@ -173,6 +173,29 @@ class Settings(BaseSettings):
         description="Re-send the queue message of a job queued this long (a Redis restart "
         "without persistence loses messages; duplicates are harmless).",
     )
+    webhook_max_attempts: int = Field(
+        14,
+        ge=1,
+        description="Tries at sending one webhook event before its delivery is marked failed. "
+        "With the default backoff, 14 tries span about a day (docs/webhooks.md).",
+    )
+    webhook_retry_base_s: float = Field(
+        30.0,
+        gt=0,
+        description="Wait after a webhook's first failed try; each later wait doubles, up to "
+        "webhook_retry_max_s.",
+    )
+    webhook_retry_max_s: float = Field(
+        6 * 3600.0, gt=0, description="The longest wait between two tries of one webhook event."
+    )
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, description="How long a receiver has to answer one webhook delivery."
+    )
+    webhook_dispatch_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="How often each worker process looks for webhook deliveries that are due.",
+    )
     max_request_bytes: int = Field(
         10 * 1024 * 1024, description="Largest JSON request body (uploads have their own limit)."
     )

@@ -54,6 +54,7 @@ from service.reward_functions.service import (
 from service.secrets import seal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
+from service.webhooks import outbox as webhook_outbox
 from workers.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
@@ -183,6 +184,7 @@ def create_job(
     )
     events = EventRepository(session)
     events.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
+    webhook_outbox.job_created(session, job)
     for warning in [*base_model.warnings, *model_warnings]:
         events.add_event(job.id, "warning", warning)
     if devices_warning:
@@ -267,6 +269,7 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
         job.failure_reason = reason
     message = f"job {target.value}" + (f": {reason}" if reason else "")
     EventRepository(session).add_event(job.id, "status", message, data={"status": target.value})
+    webhook_outbox.job_status_changed(session, job, target)
     JobRepository(session).notify_changed(job.id)
     return job
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from typer.testing import CliRunner
 
 import rft
 from service.stack import LocalStack
@@ -18,6 +19,13 @@ from tests.tiny import TINY_HYPERPARAMETERS
 def rft_client(stack: LocalStack, api_key: str) -> Iterator[rft.Client]:
     with rft.Client(api_key=api_key, base_url=stack.base_url, timeout=60) as client:
         yield client
+
+
+@pytest.fixture
+def cli(stack: LocalStack, api_key: str) -> CliRunner:
+    """``rft`` run in-process (tests/sdk/test_cli.py ``invoke``) as the tenant of ``api_key``."""
+    # Wide output: Rich would otherwise fold ids and tables at 80 columns.
+    return CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"})
 
 
 @pytest.fixture

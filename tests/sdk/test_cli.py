@@ -26,12 +26,6 @@ def vowels(prompt, completion, example):
 """
 
 
-@pytest.fixture
-def cli(stack: LocalStack, api_key: str) -> CliRunner:
-    # Wide output: Rich would otherwise fold ids and tables at 80 columns.
-    return CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"})
-
-
 def invoke(cli: CliRunner, *args: str, expect_exit: int = 0) -> str:
     result = cli.invoke(app, list(args))
     assert result.exit_code == expect_exit, (result.output, result.exception)

@@ -145,6 +145,10 @@ __all__ = [
     "ToolStepMetrics",
     "TrajectoryMessage",
     "UnprocessableEntityError",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookCreated",
+    "WebhookDelivery",
     "__version__",
     "function_source",
 ]

@@ -9,6 +9,7 @@ from rft.resources.datasets import AsyncDatasets, Datasets
 from rft.resources.jobs import AsyncJobs, Jobs
 from rft.resources.models import AsyncModels, Models
 from rft.resources.reward_functions import AsyncRewardFunctions, RewardFunctions
+from rft.resources.webhooks import AsyncWebhooks, Webhooks
 from rft.transport import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -48,6 +49,7 @@ class Client:
         self.reward_functions = RewardFunctions(self._transport)
         self.chat = Chat(self._transport)
         self.completions = Completions(self._transport)
+        self.webhooks = Webhooks(self._transport)
 
     def close(self) -> None:
         self._transport.close()
@@ -90,6 +92,7 @@ class AsyncClient:
         self.reward_functions = AsyncRewardFunctions(self._transport)
         self.chat = AsyncChat(self._transport)
         self.completions = AsyncCompletions(self._transport)
+        self.webhooks = AsyncWebhooks(self._transport)
 
     async def close(self) -> None:
         await self._transport.close()
