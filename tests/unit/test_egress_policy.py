@@ -99,6 +99,17 @@ def test_operator_allowed_hosts_skip_the_address_checks_on_their_port_only() -> 
         allowing.check("judge.internal", 9090)
 
 
+def test_a_jobs_own_hosts_narrow_the_way_out_and_stay_address_checked() -> None:
+    narrowed = policy(only_hosts=["public.example:443", "points-at-private.example:443"])
+    assert [str(a) for a in narrowed.check("public.example", 443)][0] == "198.51.100.7"
+    with pytest.raises(EgressRefused, match="may reach only public.example:443"):
+        narrowed.check("public.example", 80)  # another port of a listed host
+    with pytest.raises(EgressRefused, match="may reach only"):
+        narrowed.check("198.51.100.2", 443)  # a public host the job did not list
+    with pytest.raises(EgressRefused, match="private address"):
+        narrowed.check("points-at-private.example", 443)  # listed, but still checked
+
+
 def test_denied_networks_add_to_the_built_in_ones() -> None:
     with pytest.raises(EgressRefused, match="a network this deployment denies"):
         policy(denied_networks=["198.51.100.0/24"]).check("public.example", 443)
