@@ -101,8 +101,8 @@ def test_operator_allowed_hosts_skip_the_address_checks_on_their_port_only() -> 
 
 def test_a_jobs_own_hosts_narrow_the_way_out_and_stay_address_checked() -> None:
     narrowed = policy(only_hosts=["public.example:443", "points-at-private.example:443"])
-    assert [str(a) for a in narrowed.check("public.example", 443)][0] == "198.51.100.7"
-    with pytest.raises(EgressRefused, match="may reach only public.example:443"):
+    assert str(narrowed.check("public.example", 443)[0]) == "198.51.100.7"
+    with pytest.raises(EgressRefused, match=r"may reach only public\.example:443"):
         narrowed.check("public.example", 80)  # another port of a listed host
     with pytest.raises(EgressRefused, match="may reach only"):
         narrowed.check("198.51.100.2", 443)  # a public host the job did not list

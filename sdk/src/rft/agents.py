@@ -201,7 +201,8 @@ class ToolCall(BaseModel):
 
 
 class ToolError(BaseModel):
-    """Why a tool call failed: ``kind`` is exception, timeout, not_serializable,
+    """Why a tool call failed: ``kind`` is exception, timeout, not_serializable, http_status,
+    malformed_response, connection (HTTP tools),
     bad_arguments, unknown_tool, environment_lost, killed, ..."""
 
     kind: str

@@ -463,7 +463,7 @@ def grade_completion(
     if isinstance(completion, list):  # a conversational completion: its last message's text
         completion = completion[-1].get("content", "") if completion else ""
     item = {key: value for key, value in example.items() if key != "prompt"}
-    namespaces = {"sample": sample_namespace(str(completion)), "item": item}
+    namespaces: dict[str, Any] = {"sample": sample_namespace(str(completion)), "item": item}
     if messages is not None:
         namespaces["messages"] = messages
     return grade(grader, namespaces)
