@@ -141,6 +141,20 @@ def test_sandbox_settings_refuse_bad_entries() -> None:
         SandboxSettings(egress_denied_networks=["not-a-network"])
 
 
+def test_a_job_with_endpoints_but_no_network_may_reach_those_alone() -> None:
+    """What the API's dry runs and every rank's sandboxes are given (sandbox_settings), under
+    bubblewrap: the endpoints' hosts switch the network on, narrowed to them; allow_network
+    keeps its wider way out; a job with neither has none."""
+    settings = Settings(sandbox_isolation="bwrap")
+    endpoints = ["tools.example.com:443"]
+    narrowed = sandbox_settings(settings, allow_network=False, secrets={}, egress_hosts=endpoints)
+    assert narrowed.allow_network and narrowed.egress_only_hosts == endpoints
+    wide = sandbox_settings(settings, allow_network=True, secrets={}, egress_hosts=endpoints)
+    assert wide.allow_network and wide.egress_only_hosts == []
+    closed = sandbox_settings(settings, allow_network=False, secrets={})
+    assert not closed.allow_network and closed.egress_only_hosts == []
+
+
 def test_the_deployment_hosts_come_from_its_settings() -> None:
     settings = Settings(
         database_url="postgresql+psycopg://rft:secret@postgres:5432/rft",
