@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from sandbox.agent_api import EnvironmentSpec, ToolSpec, answer_trajectory
 from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
-from service.agent_code.schemas import EnvironmentConfig, ToolConfig, ToolCreate
+from service.agent_code.schemas import EnvironmentConfig, ToolConfig
 from service.agent_code.service import (
     agent_code_specs,
     load_agent_code,
@@ -33,7 +33,7 @@ from service.errors import (
     PreconditionRequired,
 )
 from service.events.repository import EventRepository
-from service.http_tools.service import check_hosts_kept, http_declaration, tool_sources
+from service.http_tools.service import check_hosts_kept, compile_http_tool, http_declaration
 from service.job_configs.repository import (
     ENVIRONMENT,
     TOOL,
@@ -199,15 +199,17 @@ def _agent_code_after(session: Session, job: Job, update: JobConfigUpdate) -> Ag
     """The update's tools and environments; the current version's where it leaves them out."""
     tool_code: dict[str, str] = {}
     for name, tool in (update.tools or {}).items():
-        if tool.http is not None and tool.http.name != name:
+        if tool.http is None:
+            tool_code[name] = tool.source
+            continue
+        if tool.http.name != name:
             raise BadRequest(f"tools: http tool {tool.http.name!r} is given as {name!r}")
-        code, hosts = tool_sources(
-            [tool.http or ToolCreate(name=name, source=tool.source)],
-            [*(job.secret_names or []), *(update.secrets or {})],
-            get_settings(),
-        )
-        check_hosts_kept(hosts, job.egress_hosts or [], job.allow_network)
-        tool_code |= code
+        changes = update.secrets or {}
+        secret_names = {n for n in job.secret_names or [] if n not in changes} | {
+            n for n, value in changes.items() if value is not None
+        }
+        tool_code[name], host = compile_http_tool(tool.http, secret_names, get_settings())
+        check_hosts_kept([host], job.egress_hosts or [], job.allow_network)
     tools, environments = agent_code_specs(tool_code, update.environments or {})
     if update.tools is None or update.environments is None:
         configs = JobConfigRepository(session)
