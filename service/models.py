@@ -120,6 +120,11 @@ class Job(Base):
     # config updates take: an update knows exactly which step will be the first to use it.
     started_step: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     allow_network: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The hosts (host:port) of the job's HTTP tools and endpoint grader: a job without
+    # allow_network may reach these alone (service.http_tools). Fixed at creation.
+    egress_hosts: Mapped[list[str]] = mapped_column(
+        Json, default=list, server_default=text("'[]'::jsonb")
+    )
     runtime_packages: Mapped[list[str]] = mapped_column(Json, default=list)
     # Job secrets: one Fernet token (service.secrets), and their names for display.
     secrets_sealed: Mapped[str | None] = mapped_column(Text, nullable=True)

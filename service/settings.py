@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -76,6 +77,12 @@ class Settings(BaseSettings):
         "their addresses are private, comma-separated 'host' or 'host:port' (an internal "
         "judge, a tool service). Everything else private, loopback, link-local or of this "
         "deployment is refused (docs/security.md). Per deployment, never per job.",
+    )
+    endpoints_allow_plain_http: bool = Field(
+        False,
+        description="Development and tests only: HTTP tools and endpoint graders may use "
+        "plain http:// URLs to any host. Off, http:// goes only to the hosts of "
+        "RFT_SANDBOX_EGRESS_ALLOW, and everything else must be https://.",
     )
     sandbox_egress_deny_networks: str = Field(
         "",
@@ -406,16 +413,24 @@ def get_settings() -> Settings:
 
 
 def sandbox_settings(
-    settings: Settings, *, allow_network: bool, secrets: dict[str, str]
+    settings: Settings,
+    *,
+    allow_network: bool,
+    secrets: dict[str, str],
+    egress_hosts: Sequence[str] = (),
 ) -> SandboxSettings:
     """The sandbox a job's user code runs in, under this deployment's limits: the API's
-    dry runs and every rank of a job alike."""
+    dry runs and every rank of a job alike. ``egress_hosts``: the hosts of the job's HTTP
+    tools and endpoint grader; a job that did not ask for the network as a whole may reach
+    those alone."""
     isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
+    networked = allow_network or bool(egress_hosts)
     return SandboxSettings(
         isolation=isolation,
         # Without namespaces there is no network to withhold: the flag only means something
         # under bwrap.
-        allow_network=allow_network and isolation == "bwrap",
+        allow_network=networked and isolation == "bwrap",
+        egress_only_hosts=[] if allow_network else list(egress_hosts),
         env=dict(secrets),
         memory_limit_mb=settings.reward_memory_limit_mb,
         call_timeout_s=settings.reward_call_timeout_s,
