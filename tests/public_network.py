@@ -122,14 +122,19 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def public_addresses() -> PublicHost:
+    """This test process's public side: one /30 per test process, so two sessions on one
+    machine do not share addresses. Known before the host is made (a stack's settings can
+    name it)."""
+    base = 4 * (os.getpid() % 63)
+    return PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
+
+
 @contextlib.contextmanager
 def public_host() -> Iterator[PublicHost]:
-    # One /30 per test process, so two sessions on one machine do not share addresses.
-    slot = os.getpid() % 63
-    base = 4 * slot
     namespace = f"rft-public-{os.getpid()}"
     outside, inside = f"rfp{os.getpid() % 100000}h", f"rfp{os.getpid() % 100000}n"
-    host = PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
+    host = public_addresses()
     folder = Path(tempfile.mkdtemp(prefix="rft-public-"))
     server: subprocess.Popen[str] | None = None
 

@@ -20,6 +20,7 @@ from service.jobs.status import JobStatus
 from service.models import Job
 from service.stack import LocalStack
 from tests.conftest import tenant_client
+from tests.public_network import HTTP_PORT, public_addresses
 
 # The idle stack's settings that tests use: a folder of model directories (RFT_MODEL_ROOTS,
 # under its state folder) and the token its /metrics wants.
@@ -67,6 +68,9 @@ def idle_stack() -> Iterator[LocalStack]:
         # Models a test lays out (config.json files) in a folder of its own under this root.
         "RFT_MODEL_ROOTS": str(state_dir / IDLE_MODEL_ROOT),
         "RFT_METRICS_TOKEN": IDLE_METRICS_TOKEN,
+        # The operator allows the tests' public side's plain-http port, as a deployment would
+        # an internal tool service (tests/api/test_http_tools.py); everything else is https.
+        "RFT_SANDBOX_EGRESS_ALLOW": f"{public_addresses().address}:{HTTP_PORT}",
     }
     try:
         (state_dir / IDLE_MODEL_ROOT).mkdir()

@@ -3,19 +3,15 @@ API, with the unmodified openai client), checked at creation (a 400 naming the p
 shown in the config, kept to the hosts the job was created with; an endpoint grader scored
 through graders/run against real endpoints on the tests' public side (tests/public_network.py).
 
-The stack has no worker (its jobs stay queued). Plain http goes to the public side because the
-operator allows that host (RFT_SANDBOX_EGRESS_ALLOW), as a deployment would for an internal
-tool service; everything else must be https.
+The stack has no worker (its jobs stay queued: the API tests' idle stack). Plain http goes to
+the public side because the operator allows that host (RFT_SANDBOX_EGRESS_ALLOW), as a
+deployment would for an internal tool service; everything else must be https.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +19,6 @@ import openai
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
 from tests.public_network import HTTP_PORT, PublicHost
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -37,21 +32,12 @@ ROWS = [{"prompt": f"Look up {i}", "score": i / 4} for i in range(4)]
 
 
 @pytest.fixture(scope="module")
-def endpoint_api(public_side: PublicHost) -> Iterator[tuple[LocalStack, httpx.Client]]:
-    """A stack without workers whose operator allows the public side's plain-http port."""
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-http-tools-api-"))
-    env = {
-        "RFT_HUB_CHECK": "off",
-        "RFT_SANDBOX_EGRESS_ALLOW": f"{public_side.address}:{HTTP_PORT}",
-    }
-    try:
-        with (
-            LocalStack(state_dir, workers=0, extra_env=env) as stack,
-            tenant_client(stack) as client,
-        ):
-            yield stack, client
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+def endpoint_api(
+    idle_api: tuple[LocalStack, httpx.Client], public_side: PublicHost
+) -> tuple[LocalStack, httpx.Client]:
+    """The API tests' idle stack (no workers), whose operator allows the public side's
+    plain-http port (tests/api/conftest.py)."""
+    return idle_api
 
 
 @pytest.fixture
