@@ -31,6 +31,10 @@ class ToolErrorKind(StrEnum):
     ENVIRONMENT_LOST = "environment_lost"  # the rollout's instance is gone (reset failed, restart)
     KILLED = "killed"  # the sandbox process died (memory limit, signal)
     SANDBOX = "sandbox"  # our side failed to run the call at all
+    # An HTTP tool's endpoint (sandbox/http_tools.py): TIMEOUT above, or one of these.
+    HTTP_STATUS = "http_status"  # it answered 4xx, or 5xx after the retries
+    MALFORMED_RESPONSE = "malformed_response"  # its answer was not JSON
+    CONNECTION = "connection"  # it could not be reached (refused, or by the egress policy)
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,15 @@ def _lost(rollout_id: object) -> dict[str, Any]:
     return _error("environment_lost", ROLLOUT_LOST.format(rollout_id))
 
 
+# Kinds an exception may name for itself (sandbox/endpoint_runtime.py: an HTTP tool's endpoint
+# failed); any other exception is "exception".
+ENDPOINT_ERROR_KINDS = frozenset({"timeout", "http_status", "malformed_response", "connection"})
+
+
 def _exception_error(error: BaseException) -> dict[str, Any]:
+    kind = getattr(error, "rft_tool_error_kind", None)
+    if isinstance(kind, str) and kind in ENDPOINT_ERROR_KINDS:
+        return _error(kind, str(error))
     return _error(
         "exception", f"{type(error).__name__}: {error}", child._format_user_traceback(error)
     )

@@ -23,7 +23,10 @@ machine, or one of the deployment's own hosts (its database, Redis, inference se
 It then connects to the address it checked, never resolving the name again, so a DNS answer
 that changes between check and use (rebinding) gains nothing. Names the operator lists as
 allowed (``host`` or ``host:port``: an internal judge, a tool service) skip the address
-checks; that list is per deployment, never per job.
+checks; that list is per deployment, never per job. A job may narrow the way out further
+(``only_hosts``: the hosts of its HTTP tools and endpoint grader, when it did not ask for the
+network as a whole): every other destination is refused before any lookup, and the listed ones
+still pass the address checks above.
 
 Refusals answer ``403`` with the reason in the status line (httpx and requests show it in
 their ProxyError for HTTPS) and in the body (plain HTTP), and are logged and counted.
@@ -201,11 +204,14 @@ class EgressPolicy:
     allowed_hosts: Sequence[str] = ()
     deployment_hosts: Sequence[str] = ()
     denied_networks: Sequence[str] = ()
+    # Non-empty: only these destinations (``host`` or ``host:port``), still address-checked.
+    only_hosts: Sequence[str] = ()
     resolver: Resolver = default_resolver
     # This machine's addresses; injectable so unit tests need no /proc.
     machine_addresses: Callable[[], set[IPAddress]] = local_addresses
     _allowed: list[HostRule] = field(init=False)
     _deployment: list[HostRule] = field(init=False)
+    _only: list[HostRule] = field(init=False)
     _networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = field(init=False)
     # The deployment hosts' addresses, looked up again at most every DEPLOYMENT_REFRESH_S: a
     # name that does not resolve (a DNS timeout) must not slow every connection down.
@@ -215,6 +221,7 @@ class EgressPolicy:
     def __post_init__(self) -> None:
         self._allowed = [HostRule.parse(entry) for entry in self.allowed_hosts]
         self._deployment = [HostRule.parse(entry) for entry in self.deployment_hosts]
+        self._only = [HostRule.parse(entry) for entry in self.only_hosts]
         self._networks = [(ipaddress.ip_network(net), why) for net, why in DENIED_NETWORKS]
         for entry in self.denied_networks:
             network = ipaddress.ip_network(entry.strip(), strict=False)
@@ -226,6 +233,9 @@ class EgressPolicy:
         name = _normal_host(host)
         if not name or not 0 < port < 65536:
             raise EgressRefused(f"{host!r} port {port} is not a destination")
+        if self._only and not any(rule.matches(name, port) for rule in self._only):
+            listed = ", ".join(str(rule) for rule in self._only)
+            raise EgressRefused(f"this job may reach only {listed}, not {name}:{port}")
         allowed = any(rule.matches(name, port) for rule in self._allowed)
         if not allowed and any(rule.host == name for rule in self._deployment):
             raise EgressRefused(f"{name} is one of this deployment's own hosts")

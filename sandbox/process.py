@@ -328,6 +328,7 @@ def _egress_proxy(settings: SandboxSettings) -> EgressProxy:
         allowed_hosts=settings.egress_allowed_hosts,
         deployment_hosts=settings.egress_deployment_hosts,
         denied_networks=settings.egress_denied_networks,
+        only_hosts=settings.egress_only_hosts,
     )
     try:
         # As root the child runs as its leased uid: only that uid may connect.

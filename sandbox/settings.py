@@ -53,6 +53,14 @@ class SandboxSettings:
             "refused by name and by address, on every port, even at a public address."
         },
     )
+    egress_only_hosts: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "A job's own narrowing of the way out: when non-empty, networked code may "
+            "reach only these hosts ('host' or 'host:port'; its HTTP tools and endpoint "
+            "grader), each still under the address checks."
+        },
+    )
     egress_denied_networks: list[str] = field(
         default_factory=list,
         metadata={
@@ -239,7 +247,7 @@ class SandboxSettings:
 
 
 def _check_egress_entries(settings: SandboxSettings) -> None:
-    for name in ("egress_allowed_hosts", "egress_deployment_hosts"):
+    for name in ("egress_allowed_hosts", "egress_deployment_hosts", "egress_only_hosts"):
         for entry in getattr(settings, name):
             try:
                 HostRule.parse(entry)

@@ -29,6 +29,7 @@ from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
 from service.ui.endpoints import router as ui_router
 from service.usage.endpoints import router as usage_router
+from service.webhooks.endpoints import router as webhooks_router
 
 
 def create_app() -> FastAPI:
@@ -65,6 +66,7 @@ def create_app() -> FastAPI:
     app.include_router(exports_router)
     app.include_router(base_models_router)
     app.include_router(events_router)
+    app.include_router(webhooks_router)
     app.include_router(inference_router)
     app.include_router(openai_graders_router)
     app.include_router(openai_files_router)

@@ -120,6 +120,11 @@ class Job(Base):
     # config updates take: an update knows exactly which step will be the first to use it.
     started_step: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     allow_network: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The hosts (host:port) of the job's HTTP tools and endpoint grader: a job without
+    # allow_network may reach these alone (service.http_tools). Fixed at creation.
+    egress_hosts: Mapped[list[str]] = mapped_column(
+        Json, default=list, server_default=text("'[]'::jsonb")
+    )
     runtime_packages: Mapped[list[str]] = mapped_column(Json, default=list)
     # Job secrets: one Fernet token (service.secrets), and their names for display.
     secrets_sealed: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -472,3 +477,64 @@ class GpuUsage(Base):
     devices: Mapped[int] = mapped_column(Integer)  # num_devices x num_nodes
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookEndpoint(Base):
+    """A URL a tenant registered for job events (service.webhooks), with the secret its
+    deliveries are signed with (sealed with the server's secrets key, service.secrets)."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (
+        Index("ix_webhook_endpoints_tenant_id_created_at", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    event_types: Mapped[list[str]] = mapped_column(Json)
+    description: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    secret_sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: the outbox row, written in the transaction of the change it
+    reports, then sent (and retried) by the dispatcher (service.webhooks.dispatcher). The body
+    is kept as sent: every retry carries the same bytes and the same ``webhook-id``."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_endpoint_id_created_at", "endpoint_id", "created_at"),
+        # What the dispatcher looks for: pending rows that are due.
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the webhook-id header
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(String(64))
+    event_type: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    body: Mapped[str] = mapped_column(Text)
+    # pending -> delivered | failed (every attempt used up)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookAttempt(Base):
+    """One try at sending a delivery: what the receiver answered, or why nothing did."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index("ix_webhook_attempts_delivery_id_number", "delivery_id", "number"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
+    )
+    number: Mapped[int] = mapped_column(Integer)  # 1 for the first try
+    attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    duration_ms: Mapped[float] = mapped_column(Float)

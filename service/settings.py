@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -76,6 +77,12 @@ class Settings(BaseSettings):
         "their addresses are private, comma-separated 'host' or 'host:port' (an internal "
         "judge, a tool service). Everything else private, loopback, link-local or of this "
         "deployment is refused (docs/security.md). Per deployment, never per job.",
+    )
+    endpoints_allow_plain_http: bool = Field(
+        False,
+        description="Development and tests only: HTTP tools and endpoint graders may use "
+        "plain http:// URLs to any host. Off, http:// goes only to the hosts of "
+        "RFT_SANDBOX_EGRESS_ALLOW, and everything else must be https://.",
     )
     sandbox_egress_deny_networks: str = Field(
         "",
@@ -172,6 +179,29 @@ class Settings(BaseSettings):
         gt=0,
         description="Re-send the queue message of a job queued this long (a Redis restart "
         "without persistence loses messages; duplicates are harmless).",
+    )
+    webhook_max_attempts: int = Field(
+        14,
+        ge=1,
+        description="Tries at sending one webhook event before its delivery is marked failed. "
+        "With the default backoff, 14 tries span about a day (docs/webhooks.md).",
+    )
+    webhook_retry_base_s: float = Field(
+        30.0,
+        gt=0,
+        description="Wait after a webhook's first failed try; each later wait doubles, up to "
+        "webhook_retry_max_s.",
+    )
+    webhook_retry_max_s: float = Field(
+        6 * 3600.0, gt=0, description="The longest wait between two tries of one webhook event."
+    )
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, description="How long a receiver has to answer one webhook delivery."
+    )
+    webhook_dispatch_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="How often each worker process looks for webhook deliveries that are due.",
     )
     max_request_bytes: int = Field(
         10 * 1024 * 1024, description="Largest JSON request body (uploads have their own limit)."
@@ -383,16 +413,24 @@ def get_settings() -> Settings:
 
 
 def sandbox_settings(
-    settings: Settings, *, allow_network: bool, secrets: dict[str, str]
+    settings: Settings,
+    *,
+    allow_network: bool,
+    secrets: dict[str, str],
+    egress_hosts: Sequence[str] = (),
 ) -> SandboxSettings:
     """The sandbox a job's user code runs in, under this deployment's limits: the API's
-    dry runs and every rank of a job alike."""
+    dry runs and every rank of a job alike. ``egress_hosts``: the hosts of the job's HTTP
+    tools and endpoint grader; a job that did not ask for the network as a whole may reach
+    those alone."""
     isolation: Isolation = "none" if settings.sandbox_isolation == "none" else "bwrap"
+    networked = allow_network or bool(egress_hosts)
     return SandboxSettings(
         isolation=isolation,
         # Without namespaces there is no network to withhold: the flag only means something
         # under bwrap.
-        allow_network=allow_network and isolation == "bwrap",
+        allow_network=networked and isolation == "bwrap",
+        egress_only_hosts=[] if allow_network else list(egress_hosts),
         env=dict(secrets),
         memory_limit_mb=settings.reward_memory_limit_mb,
         call_timeout_s=settings.reward_call_timeout_s,

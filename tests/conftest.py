@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from tests.fake_hub import FakeHub, writable_fake_hub
 from tests.layers import MISSING_LAYER, skip_missing_layer
 from tests.public_network import PublicHost, public_host, unavailable_reason
 from workers.compiled_caches import keyed_cache_dir
@@ -84,11 +85,30 @@ def built_in_models_reused(cache: Path) -> Iterator[Path]:
                 shutil.rmtree(staging, ignore_errors=True)
 
 
+# The token the session's fake hub takes pushes with (a user's HF_TOKEN, as a job secret). A
+# constant: this module is imported twice (as pytest's conftest and by the tests that name it),
+# so a random one would differ between the two.
+SESSION_HUB_TOKEN = "hf_rft_test_3f9c1d7a5e2b4c86a0d1e9f7b3c5a2d4"
+
+
 @pytest.fixture(scope="session")
-def stack() -> Iterator[LocalStack]:
+def session_hub() -> Iterator[FakeHub]:
+    """The session stack's model hub: a fake one, the true outside edge (tests/fake_hub.py).
+    Its workers push exports there; model ids it does not list are not on the hub."""
+    with writable_fake_hub(token=SESSION_HUB_TOKEN) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def stack(session_hub: FakeHub) -> Iterator[LocalStack]:
+    """The session's stack: one worker, and the settings the integration tests need, so that
+    they share it rather than each starting a stack of its own: the fake hub, and the model
+    cache as a model root (a built-in model's folder, e.g. the tiny reward model's, can be
+    named as a path)."""
     # Not under pytest's tmp dir: that is mode 700, and embedded Postgres runs as its own user.
     state_dir = Path(os.environ.get("RFT_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="rft-test-"))
     models = built_in_models_reused(state_dir / "models")  # the stack's default model cache
+    env = {"RFT_HUB_ENDPOINT": session_hub.endpoint, "RFT_MODEL_ROOTS": str(state_dir / "models")}
     # Servers given by the environment are used as they are; otherwise embedded ones start.
     with (
         models,
@@ -97,6 +117,7 @@ def stack() -> Iterator[LocalStack]:
             database_url=os.environ.get("RFT_TEST_DATABASE_URL"),
             redis_url=os.environ.get("RFT_TEST_REDIS_URL"),
             workers=1,
+            extra_env=env,
         ) as running,
     ):
         os.environ["RFT_DATABASE_URL"] = running.database_url or ""

@@ -13,6 +13,8 @@ sends it to a queue nobody consumes: it stays queued until the test cancels it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
@@ -47,10 +49,16 @@ def stored_dataset(session: Session, tenant_id: str, name: str) -> Dataset:
     return dataset
 
 
-def held_job(api_key: str, *, steps_completed: int = 2, train_steps: int = 100) -> str:
+def held_job(
+    api_key: str,
+    *,
+    steps_completed: int = 2,
+    train_steps: int = 100,
+    unit_of_work: Callable[[], AbstractContextManager[Session]] = session_scope,
+) -> str:
     """A running job of ``api_key``'s tenant, held by the stand-in worker, ``steps_completed``
-    steps in."""
-    with session_scope() as session:
+    steps in; ``unit_of_work``: a transaction on another stack's database than the session's."""
+    with unit_of_work() as session:
         key = AuthRepository(session).get_active_key_by_hash(hash_api_key(api_key))
         assert key is not None, "unknown API key"
         dataset = stored_dataset(session, key.tenant_id, "held")

@@ -27,7 +27,7 @@ ECHO_PORT = 7007
 GREETING = "hello from the public side"
 
 SERVER = r"""
-import http.server, socket, socketserver, ssl, sys, threading
+import collections, http.server, json, socket, socketserver, ssl, sys, threading, time
 
 address, cert, key, greeting = sys.argv[1:5]
 http_port, https_port, echo_port = map(int, sys.argv[5:8])
@@ -40,8 +40,45 @@ class Greeter(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self):
+        # The endpoints of HTTP tools and graders (POST /endpoint/<behaviour>/<key>): echo,
+        # flaky (5xx until a key's third try), slow, malformed (not JSON), status/<code>,
+        # score (a grader: {"score": ...} from the body's "score" field of the reference),
+        # counts (how often each key was tried).
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        parts = self.path.strip("/").split("/")
+        behaviour, key = parts[1], "/".join(parts[1:])
+        with lock:
+            tries[key] += 1
+            tried = tries[key]
+        status, answer = 200, None
+        if behaviour == "echo":
+            answer = {"arguments": json.loads(body or b"null"),
+                      "authorization": self.headers.get("Authorization")}
+        elif behaviour == "flaky":
+            status, answer = (503, {"error": "busy"}) if tried < 3 else (200, {"tries": tried})
+        elif behaviour == "slow":
+            time.sleep(float(parts[3]) if len(parts) > 3 else 30)
+            answer = {"slept": True}
+        elif behaviour == "malformed":
+            answer = b"<html>not json</html>"
+        elif behaviour == "status":
+            status, answer = int(parts[2]), {"error": "as asked"}
+        elif behaviour == "score":
+            answer = {"score": json.loads(body)["item"]["score"]}
+        elif behaviour == "counts":
+            answer = dict(tries)
+        data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def log_message(self, *args):
         pass
+
+tries = collections.Counter()
+lock = threading.Lock()
 
 class Echo(socketserver.BaseRequestHandler):
     def handle(self):
@@ -85,14 +122,19 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def public_addresses() -> PublicHost:
+    """This test process's public side: one /30 per test process, so two sessions on one
+    machine do not share addresses. Known before the host is made (a stack's settings can
+    name it)."""
+    base = 4 * (os.getpid() % 63)
+    return PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
+
+
 @contextlib.contextmanager
 def public_host() -> Iterator[PublicHost]:
-    # One /30 per test process, so two sessions on one machine do not share addresses.
-    slot = os.getpid() % 63
-    base = 4 * slot
     namespace = f"rft-public-{os.getpid()}"
     outside, inside = f"rfp{os.getpid() % 100000}h", f"rfp{os.getpid() % 100000}n"
-    host = PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
+    host = public_addresses()
     folder = Path(tempfile.mkdtemp(prefix="rft-public-"))
     server: subprocess.Popen[str] | None = None
 

@@ -24,6 +24,7 @@ from service.jobs.repository import JobRepository
 from service.jobs.status import JobStatus
 from service.secrets import unseal
 from service.settings import get_settings
+from service.webhooks import outbox as webhook_outbox
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database import in_transaction
 from workers.guards import GuardMonitor, GuardTrip
@@ -246,5 +247,6 @@ def store_guard_trip(job_id: str, trip: GuardTrip, worker_id: str) -> None:
             EventRepository(session).add_event(
                 job_id, "guard_tripped", trip.message, step=trip.step, data=stored
             )
+            webhook_outbox.guard_tripped(session, job_id, stored)
 
     in_transaction(write, what=f"recording the {trip.kind} guard")

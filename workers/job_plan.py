@@ -45,6 +45,8 @@ class JobPlan:
     guards: GuardSettings = field(default_factory=GuardSettings)
     # Guards that paused this job before (a resumed run): they warn, but pause it no more.
     guards_that_paused: frozenset[str] = frozenset()
+    # The hosts of its HTTP tools and endpoint grader (service.http_tools).
+    egress_hosts: list[str] = field(default_factory=list)
 
 
 def plan_job(
@@ -88,6 +90,7 @@ def plan_job(
         frozenset(
             str(w["kind"]) for w in job.warnings or [] if w.get("guard") and w.get("paused_job")
         ),
+        list(job.egress_hosts or []),
     )
 
 
@@ -101,6 +104,7 @@ def rank_job(plan: JobPlan) -> RankJob:
     return RankJob(
         spec=plan.spec,
         allow_network=plan.allow_network,
+        egress_hosts=plan.egress_hosts,
         packages_path=packages,
         report_to=list(plan.spec.hyperparameters.report_to),
     )

@@ -54,6 +54,11 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
     thread = ReaperThread(reaper, interval_s=max(0.5, settings.worker_lease_s / 6))
     thread.start()
     _reaper_threads.append(thread)
+    from workers.webhooks import WebhookDispatcherThread
+
+    dispatcher = WebhookDispatcherThread(settings)
+    dispatcher.start()
+    _reaper_threads.append(dispatcher)
     if not takes_training_jobs(sender):
         logger.info("this worker takes exports only")
         return

@@ -7,8 +7,18 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
+from service.http_tools.schemas import HttpToolCreate
 from service.reward_functions.schemas import (
     FUNCTION_NAME,
     MAX_SOURCE_BYTES,
@@ -34,6 +44,19 @@ class ToolCreate(BaseModel):
         description="The function `source` defines: the name the model calls it by.",
     )
     source: str = Field(description=TOOL_SOURCE_DESCRIPTION, max_length=MAX_SOURCE_BYTES)
+
+
+def _tool_form(value: Any) -> str:
+    if isinstance(value, dict):
+        return "http" if "url" in value or value.get("type") == "http" else "code"
+    return "http" if isinstance(value, HttpToolCreate) else "code"
+
+
+# A tool in Python (`source`) or an HTTP tool (`url`, OpenAI agent RFT's shape).
+AnyToolCreate = Annotated[
+    Annotated[ToolCreate, Tag("code")] | Annotated[HttpToolCreate, Tag("http")],
+    Discriminator(_tool_form),
+]
 
 
 class EnvironmentCreate(BaseModel):
@@ -118,11 +141,12 @@ ENVIRONMENT_GIVEN: list[Any] = [
 class AgentCodeInput(BaseModel):
     """A job's tools and environments at creation: what makes it an agent job."""
 
-    tools: Annotated[list[ToolCreate], AfterValidator(check_tool_names)] = Field(
+    tools: Annotated[list[AnyToolCreate], AfterValidator(check_tool_names)] = Field(
         default_factory=list,
         max_length=MAX_TOOLS,
         description="Standalone tools the model may call during a rollout, each a function "
-        "(names unique, also against the environments' methods).",
+        "(`source`) or an HTTP endpoint (`url`, docs/agents.md); names unique, also against "
+        "the environments' methods.",
     )
     environments: Annotated[
         dict[str, EnvironmentCreate],
@@ -147,6 +171,9 @@ class AgentCodeInput(BaseModel):
 
 class ToolConfig(BaseModel):
     source: str
+    http: HttpToolCreate | None = Field(
+        None, description="An HTTP tool's declaration (its `source` is generated from it)."
+    )
     version: int = Field(description="Bumped each time this tool's source changes.")
     label: str = Field(description="name_vN.")
 
@@ -157,13 +184,21 @@ class EnvironmentConfig(EnvironmentCreate):
 
 
 class ToolUpdate(BaseModel):
-    """A tool as JobConfig shows it; `version` and `label` are accepted and ignored."""
+    """A tool as JobConfig shows it; `version` and `label` are accepted and ignored. An HTTP
+    tool's `http` declaration, when given, wins over `source` (which is generated from it)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(description=TOOL_SOURCE_DESCRIPTION, max_length=MAX_SOURCE_BYTES)
+    source: str = Field("", description=TOOL_SOURCE_DESCRIPTION, max_length=MAX_SOURCE_BYTES)
+    http: HttpToolCreate | None = Field(None, description="An HTTP tool's declaration.")
     version: int | None = Field(None, description="Read-only: ignored.")
     label: str | None = Field(None, description="Read-only: ignored.")
+
+    @model_validator(mode="after")
+    def _source_or_http(self) -> ToolUpdate:
+        if not self.source and self.http is None:
+            raise ValueError("give the tool's source, or an HTTP tool's declaration as http")
+        return self
 
 
 class EnvironmentUpdate(EnvironmentCreate):

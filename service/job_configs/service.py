@@ -33,6 +33,7 @@ from service.errors import (
     PreconditionRequired,
 )
 from service.events.repository import EventRepository
+from service.http_tools.service import check_hosts_kept, compile_http_tool, http_declaration
 from service.job_configs.repository import (
     ENVIRONMENT,
     TOOL,
@@ -87,7 +88,10 @@ def _to_schema(session: Session, job: Job, config: JobConfigVersion) -> JobConfi
         reward_functions={function.name: _function_config(function) for function in functions},
         tools={
             tool.name: ToolConfig(
-                source=tool.source, version=tool.version, label=label(tool.name, tool.version)
+                source=tool.source,
+                http=http_declaration(tool.source),
+                version=tool.version,
+                label=label(tool.name, tool.version),
             )
             for tool in tools
         },
@@ -193,10 +197,20 @@ class AgentCode:
 
 def _agent_code_after(session: Session, job: Job, update: JobConfigUpdate) -> AgentCode:
     """The update's tools and environments; the current version's where it leaves them out."""
-    tools, environments = agent_code_specs(
-        {name: tool.source for name, tool in (update.tools or {}).items()},
-        update.environments or {},
-    )
+    tool_code: dict[str, str] = {}
+    for name, tool in (update.tools or {}).items():
+        if tool.http is None:
+            tool_code[name] = tool.source
+            continue
+        if tool.http.name != name:
+            raise BadRequest(f"tools: http tool {tool.http.name!r} is given as {name!r}")
+        changes = update.secrets or {}
+        secret_names = {n for n in job.secret_names or [] if n not in changes} | {
+            n for n, value in changes.items() if value is not None
+        }
+        tool_code[name], host = compile_http_tool(tool.http, secret_names, get_settings())
+        check_hosts_kept([host], job.egress_hosts or [], job.allow_network)
+    tools, environments = agent_code_specs(tool_code, update.environments or {})
     if update.tools is None or update.environments is None:
         configs = JobConfigRepository(session)
         current = configs.get_config_version(job.id, job.config_version)
@@ -272,6 +286,7 @@ def _validate(
             allow_network=job.allow_network,
             secrets=secrets,
             agent=bool(agent_code.tools or agent_code.environments),
+            egress_hosts=job.egress_hosts or [],
         )
     return forms, warnings
 
@@ -618,6 +633,7 @@ def _rescore_functions(
             secrets=secrets,
             runtime_packages=list(job.runtime_packages or []),
             trajectories=trajectories,
+            egress_hosts=job.egress_hosts or [],
         )
     except RewardCodeError as exc:
         raise InvalidRewardFunction(str(exc)) from None

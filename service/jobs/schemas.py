@@ -334,6 +334,11 @@ class Job(BaseModel):
     applied_config_version: int | None
     steps_completed: int
     allow_network: bool
+    egress_hosts: list[str] = Field(
+        default_factory=list,
+        description="The hosts (host:port) of its HTTP tools and endpoint grader: without "
+        "allow_network, the only ones its sandboxes may reach.",
+    )
     runtime_packages: list[str]
     secret_names: list[str] = Field(
         description="The job's secrets, by name; values are never shown."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
+from service.http_tools.service import tool_sources
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
 from service.jobs.device_options import check_cuda_only_options
@@ -57,14 +59,22 @@ from service.server_paths import hide_server_paths
 from service.settings import get_settings
 from service.usage import service as usage
 from service.usage.estimates import cost_estimate
+from service.webhooks import outbox as webhook_outbox
 from workers.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
 
 
 def create_job(
-    session: Session, tenant_id: str, payload: JobCreate, *, idempotency_key: str | None = None
+    session: Session,
+    tenant_id: str,
+    payload: JobCreate,
+    *,
+    idempotency_key: str | None = None,
+    endpoint_hosts: Sequence[str] = (),
 ) -> Job:
+    """``endpoint_hosts``: hosts its reward code calls (an endpoint grader's, already checked),
+    which the job's sandboxes may reach beside its HTTP tools'."""
     repository = JobRepository(session)
     if idempotency_key:
         existing = repository.get_by_idempotency_key(tenant_id, idempotency_key)
@@ -78,9 +88,9 @@ def create_job(
     check_datasets_fit_method(session, tenant_id, payload, dataset)  # before reward code reads it
     forms = check_reward_functions(payload.reward_functions)
     model_warnings = check_reward_models(payload.reward_functions)
-    tools, environments = agent_code_specs(
-        {tool.name: tool.source for tool in payload.tools}, payload.environments
-    )
+    tool_code, tool_hosts = tool_sources(payload.tools, payload.secrets, get_settings())
+    egress_hosts = sorted({*tool_hosts, *endpoint_hosts})
+    tools, environments = agent_code_specs(tool_code, payload.environments)
     loaded = load_agent_code(
         tools,
         environments,
@@ -100,6 +110,7 @@ def create_job(
             allow_network=payload.allow_network,
             secrets=payload.secrets,
             agent=bool(tools or environments),
+            egress_hosts=egress_hosts,
         )
     prompts_per_step = payload.hyperparameters.prompts_per_step
     if payload.method == "grpo" and dataset.row_count < prompts_per_step:
@@ -126,6 +137,7 @@ def create_job(
         status=JobStatus.QUEUED.value,
         config_version=1,
         allow_network=payload.allow_network,
+        egress_hosts=egress_hosts,
         runtime_packages=payload.runtime_packages,
         secrets_sealed=seal(payload.secrets, get_settings()),
         secret_names=sorted(payload.secrets),
@@ -189,6 +201,7 @@ def create_job(
     )
     events = EventRepository(session)
     events.add_event(job.id, "status", "job queued", data={"status": JobStatus.QUEUED.value})
+    webhook_outbox.job_created(session, job)
     for warning in [*base_model.warnings, *model_warnings]:
         events.add_event(job.id, "warning", warning)
     if devices_warning:
@@ -287,6 +300,7 @@ def transition(session: Session, job: Job, target: JobStatus, *, reason: str | N
         job.failure_reason = reason
     message = f"job {target.value}" + (f": {reason}" if reason else "")
     EventRepository(session).add_event(job.id, "status", message, data={"status": target.value})
+    webhook_outbox.job_status_changed(session, job, target)
     JobRepository(session).notify_changed(job.id)
     return job
 

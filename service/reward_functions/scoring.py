@@ -50,6 +50,7 @@ def score_once(
     runtime_packages: Sequence[str] = (),
     settings: Settings | None = None,
     trajectories: list[list[dict[str, Any]]] | None = None,
+    egress_hosts: Sequence[str] = (),
 ) -> dict[str, FunctionResult]:
     """Load ``functions`` into a fresh sandbox, score one batch, stop the sandbox.
 
@@ -60,7 +61,9 @@ def score_once(
     cannot be installed.
     """
     settings = settings or get_settings()
-    config = sandbox_settings(settings, allow_network=allow_network, secrets=secrets or {})
+    config = sandbox_settings(
+        settings, allow_network=allow_network, secrets=secrets or {}, egress_hosts=egress_hosts
+    )
     if runtime_packages:
         config.extra_python_paths = [api_runtime_packages(runtime_packages, settings)]
     with ProcessSandbox(config) as sandbox:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -82,6 +82,7 @@ def _run(
     runtime_packages: list[str] | None = None,
     settings: Settings | None = None,
     agent: bool = False,
+    egress_hosts: Sequence[str] = (),
 ) -> dict[str, FunctionResult]:
     """Score in a sandbox functions that passed check_reward_functions (its errors are
     cheaper and clearer than a load failure). ``agent``: as an agent job's training scores
@@ -96,6 +97,7 @@ def _run(
             secrets=secrets,
             runtime_packages=runtime_packages or (),
             settings=settings,
+            egress_hosts=egress_hosts,
             trajectories=[answer_trajectory(s.completion) for s in samples] if agent else None,
         )
     except RewardCodeError as exc:
@@ -114,11 +116,16 @@ def dataset_samples(
 
 
 def try_reward_functions(
-    session: Session, tenant_id: str, request: RewardFunctionTest
+    session: Session,
+    tenant_id: str,
+    request: RewardFunctionTest,
+    *,
+    egress_hosts: Sequence[str] = (),
 ) -> RewardFunctionTestResult:
     """Score the samples with the request's functions. Its reward models are checked but not
     run (the API has no model runtime: they run on the workers, on the training device);
-    the result lists them in ``not_scored``."""
+    the result lists them in ``not_scored``. ``egress_hosts``: checked endpoint hosts (an
+    endpoint grader's) the functions may reach without allow_network."""
     forms = check_reward_functions(request.reward_functions)
     check_reward_models(request.reward_functions)
     functions = code_entries(request.reward_functions)
@@ -138,6 +145,7 @@ def try_reward_functions(
             allow_network=request.allow_network,
             secrets=request.secrets,
             runtime_packages=request.runtime_packages,
+            egress_hosts=egress_hosts,
         )
         if functions
         else {}
@@ -196,6 +204,7 @@ def preflight(
     allow_network: bool,
     secrets: dict[str, str],
     agent: bool = False,
+    egress_hosts: Sequence[str] = (),
 ) -> None:
     """Reject (400, naming the function) functions, already statically checked, that cannot
     run at all: they fail to load, or fail on every pre-flight sample. Failing on some
@@ -224,6 +233,7 @@ def preflight(
         secrets=secrets,
         settings=quick,
         agent=agent,
+        egress_hosts=egress_hosts,
     )
     for name, result in results.items():
         if result.errors and result.failed_samples == len(samples):

@@ -89,7 +89,9 @@ def test_a_job_with_a_tool_and_an_environment_shows_them_in_its_config(
 ) -> None:
     job = create(client, agent_job(dataset_id))
     config = client.get(f"/v1/jobs/{job['id']}/config").json()
-    assert config["tools"] == {"add": {"source": ADD, "version": 1, "label": "add_v1"}}
+    assert config["tools"] == {
+        "add": {"source": ADD, "http": None, "version": 1, "label": "add_v1"}
+    }
     # The shorthand's environment is named after its class.
     assert config["environments"] == {
         "Counter": {

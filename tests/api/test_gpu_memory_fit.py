@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import tenant_client
+from tests.api.conftest import idle_model_root
 from tests.integration.helpers import upload_jsonl
 from tests.unit.test_gpu_memory import QWEN25_7B, QWEN25_14B
 from workers.queue import advertise_capacity, withdraw_capacity
@@ -24,9 +23,10 @@ REWARD = {"one": {"source": "def one(prompt, completion, example):\n    return 1
 
 
 @pytest.fixture(scope="module")
-def models() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="rft-gpu-models-"))
-    (root / "qwen14b").mkdir()
+def models(idle_stack: LocalStack) -> Iterator[Path]:
+    """The models' config.json files, under the idle stack's RFT_MODEL_ROOTS."""
+    root = idle_model_root(idle_stack) / "gpu-fit"
+    (root / "qwen14b").mkdir(parents=True)
     (root / "qwen14b" / "config.json").write_text(json.dumps(QWEN25_14B))
     # A 7B reward model (~14 GiB in bf16), as its pre-flight wants one: a classifier, 1 label.
     (root / "reward7b").mkdir()
@@ -37,18 +37,10 @@ def models() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def api(models: Path) -> Iterator[tuple[LocalStack, httpx.Client]]:
-    """An API without workers: the test's adverts are the only ones."""
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-gpu-fit-"))
-    env = {"RFT_MODEL_ROOTS": str(models)}
-    try:
-        with (
-            LocalStack(state_dir, workers=0, extra_env=env) as stack,
-            tenant_client(stack) as client,
-        ):
-            yield stack, client
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+def api(idle_api: tuple[LocalStack, httpx.Client], models: Path) -> tuple[LocalStack, httpx.Client]:
+    """An API without workers (the API tests' idle stack): the test's adverts are the only
+    ones."""
+    return idle_api
 
 
 @pytest.fixture

@@ -3,34 +3,18 @@ reads it, and with no token configured it is off."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
 from service.stack import LocalStack
-
-METRICS_TOKEN = "scrape-token-4b1d9e"
+from tests.api.conftest import IDLE_METRICS_TOKEN
+from tests.conftest import new_tenant_key
 
 
 @pytest.fixture(scope="module")
-def api_with_metrics_token(stack: LocalStack) -> Iterator[LocalStack]:
-    """A second API process on the same servers, started with RFT_METRICS_TOKEN."""
-    state_dir = Path(tempfile.mkdtemp(prefix="rft-metrics-"))
-    try:
-        with LocalStack(
-            state_dir,
-            database_url=stack.database_url,
-            redis_url=stack.redis_url,
-            workers=0,
-            extra_env={"RFT_METRICS_TOKEN": METRICS_TOKEN},
-        ) as api:
-            yield api
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+def api_with_metrics_token(idle_stack: LocalStack) -> LocalStack:
+    """The API tests' idle stack, started with RFT_METRICS_TOKEN."""
+    return idle_stack
 
 
 def test_metrics_are_off_without_a_token(client: httpx.Client) -> None:
@@ -43,17 +27,18 @@ def test_metrics_are_off_without_a_token(client: httpx.Client) -> None:
         assert "rft_jobs" not in response.text
 
 
-def test_a_scraper_with_the_token_reads_everything(
-    api_with_metrics_token: LocalStack, api_key: str
-) -> None:
+def test_a_scraper_with_the_token_reads_everything(api_with_metrics_token: LocalStack) -> None:
     base = api_with_metrics_token.base_url
+    api_key = new_tenant_key(api_with_metrics_token)
     httpx.get(f"{base}/v1/jobs", headers={"Authorization": f"Bearer {api_key}"})
     for refused in ({}, {"Authorization": f"Bearer {api_key}"}, {"Authorization": "Bearer x"}):
         response = httpx.get(f"{base}/metrics", headers=refused)
         assert response.status_code == 401, response.text
         assert "rft_jobs" not in response.text
     # What Prometheus sends with `authorization: {credentials: <token>}`.
-    metrics = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    metrics = httpx.get(
+        f"{base}/metrics", headers={"Authorization": f"Bearer {IDLE_METRICS_TOKEN}"}
+    )
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     assert 'rft_http_request_duration_seconds_count{method="GET",route="/v1/jobs"' in metrics.text
     assert "rft_queue_depth" in metrics.text

@@ -64,6 +64,9 @@ def document(stack: LocalStack) -> dict:
         ),
         ("post", "/v1/datasets", {"400", "401", "413", "422", "503"}),
         ("post", "/v1/reward-functions/test", {"400", "401", "404", "413", "422", "503"}),
+        ("post", "/v1/webhooks", {"400", "401", "413", "422", "503"}),
+        ("delete", "/v1/webhooks/{webhook_id}", {"400", "401", "404", "422", "503"}),
+        ("get", "/v1/webhooks/{webhook_id}/deliveries", {"400", "401", "404", "422", "503"}),
     ],
 )
 def test_each_operation_lists_its_errors(

@@ -26,30 +26,27 @@ import rft
 from rft.cli.app import app
 from service.db import to_sqlalchemy_url
 from service.stack import LocalStack
-from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
-from tests.fake_hub import FakeHub, writable_fake_hub
+from tests.conftest import SESSION_HUB_TOKEN, new_tenant_key, tenant_client
+from tests.fake_hub import FakeHub
 from tests.integration.helpers import train_a_share_job
 from workers.training.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.integration
 
-HF_TOKEN = f"hf_rft_test_{uuid.uuid4().hex}"
+HF_TOKEN = SESSION_HUB_TOKEN
 WRONG_TOKEN = f"hf_wrong_{uuid.uuid4().hex}"
 PROMPTS = ["Write about cats:", "<|im_start|>user\nWrite about snow:<|im_end|>\n"]
 
 
 @pytest.fixture(scope="module")
-def hub() -> Iterator[FakeHub]:
-    with writable_fake_hub(token=HF_TOKEN) as fake:
-        yield fake
+def hub(session_hub: FakeHub) -> FakeHub:
+    """The session stack's fake hub: its workers push there (RFT_HUB_ENDPOINT)."""
+    return session_hub
 
 
 @pytest.fixture(scope="module")
-def export_stack(hub: FakeHub, shared_model_cache: Path) -> Iterator[LocalStack]:
-    """A stack whose workers push to the fake hub (RFT_HUB_ENDPOINT)."""
-    env = {"RFT_HUB_ENDPOINT": hub.endpoint}
-    with stack_of_its_own("rft-exports-", env=env, model_cache=shared_model_cache) as stack:
-        yield stack
+def export_stack(stack: LocalStack) -> LocalStack:
+    return stack
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +71,8 @@ def job(client: httpx.Client) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def base_dir(shared_model_cache: Path) -> Path:
-    return ensure_tiny_model(shared_model_cache)
+def base_dir(stack: LocalStack) -> Path:
+    return ensure_tiny_model(stack.state_dir / "models")
 
 
 def unpack(content: bytes, into: Path) -> Path:

@@ -114,25 +114,51 @@ def wait_for_adverts(stack: LocalStack, timeout_s: float = 120) -> None:
         time.sleep(0.2)
 
 
-def test_a_two_node_job_runs_on_both_workers_and_records_each_completion_once(
+def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completion_once(
     nodes_stack: LocalStack, nodes_client: httpx.Client
 ) -> None:
-    train_steps = 3
-    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=2)
+    """One job over both workers, through the lifecycle a user drives: a live config update
+    reaches both nodes' ranks at one step boundary, pause lets both nodes go, resume places it
+    on two again; every completion of every step is recorded once, by node 0."""
+    train_steps = 10
+    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
+    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
+    updated = nodes_client.put(
+        f"/v1/jobs/{job_id}/config",
+        json={"reward_functions": {"constant": {"source": CONSTANT_REWARD}}},
+        headers={"If-Match": "*"},
+    )
+    assert updated.status_code == 200, updated.text
+    applies_from = updated.json()["applies_from_step"]
+    wait_until(nodes_client, job_id, lambda job: job["applied_config_version"] == 2)
+    assert nodes_client.post(f"/v1/jobs/{job_id}/pause").status_code == 200
+    wait_for_event(nodes_client, job_id, "paused", timeout_s=300)
+    wait_gone(every_training_process(nodes_stack))  # both nodes let go
+    paused_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    assert nodes_client.post(f"/v1/jobs/{job_id}/resume").status_code == 200
     job = wait_for(nodes_client, job_id, timeout_s=900)
     assert job["status"] == "succeeded", job.get("failure_reason")
     assert (job["num_nodes"], job["num_devices"]) == (NODES, 1)
+    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
+    assert resumed[-1]["data"]["checkpoint_step"] == paused_at
 
+    # Placed twice (the start, the resume), each time on two different workers, one node each.
     placed = [e for e in events(nodes_client, job_id) if e["kind"] == "placed"]
-    assert len(placed) == 1
-    workers = placed[0]["data"]["workers"]
-    assert len(set(workers)) == NODES  # two different workers, one node each
-    assert {worker.split(":")[1] for worker in workers} == {
-        str(worker.pid) for worker in nodes_stack.workers
-    }
+    assert len(placed) == 2
+    pids = {str(worker.pid) for worker in nodes_stack.workers}
+    for placement in placed:
+        workers = placement["data"]["workers"]
+        assert len(set(workers)) == NODES
+        assert {worker.split(":")[1] for worker in workers} == pids
 
     steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
+    # Every step from the one promised runs on the new config, on both nodes' halves.
+    assert {s["config_version"] for s in steps if s["step"] >= applies_from} == {2}
+    assert {s["config_version"] for s in steps if s["step"] < applies_from} == {1}
+    after = [s for s in steps if s["step"] >= applies_from]
+    assert all(s["reward_mean"] == pytest.approx(0.5) for s in after)
+
     completions = all_pages(nodes_client, f"/v1/jobs/{job_id}/completions")
     per_step: dict[int, list[tuple[int, int]]] = {}
     for row in completions:
@@ -141,19 +167,19 @@ def test_a_two_node_job_runs_on_both_workers_and_records_each_completion_once(
     assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
         step: expected for step in range(1, train_steps + 1)
     }
-    # Each node's rank scored its half in its own sandbox; node 0 recorded both.
-    for step in range(1, train_steps + 1):
-        output = nodes_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()["data"][
-            0
-        ]["output"]
+    # Each node's rank scored its half in its own sandbox; node 0 recorded both (the steps
+    # before the update: the constant function prints nothing).
+    for step in range(1, applies_from):
+        logs = nodes_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()
+        output = logs["data"][0]["output"]
         assert "[rank 0]" in output and "[rank 1]" in output
     # Rank 0 ran under one worker, rank 1 under the other (each worker's log says so).
-    logs = {
+    worker_logs = {
         path.name: path.read_text(errors="replace")
         for path in nodes_stack.log_dir.glob("worker*.log")
     }
-    rank_0 = [name for name, log in logs.items() if "rank 0 of 2" in log]
-    rank_1 = [name for name, log in logs.items() if "rank 1 of 2" in log]
+    rank_0 = [name for name, log in worker_logs.items() if "rank 0 of 2" in log]
+    rank_1 = [name for name, log in worker_logs.items() if "rank 1 of 2" in log]
     assert len(rank_0) == len(rank_1) == 1 and rank_0 != rank_1
     wait_gone(every_training_process(nodes_stack))
 
@@ -214,39 +240,6 @@ def test_losing_a_node_resumes_the_job_from_its_last_checkpoint(
     steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
     wait_gone(every_training_process(nodes_stack))
-
-
-def test_pause_resume_and_a_live_config_update_work_across_nodes(
-    nodes_stack: LocalStack, nodes_client: httpx.Client
-) -> None:
-    train_steps = 10
-    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
-    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
-    # A new reward config reaches the ranks of both nodes at one step boundary.
-    updated = nodes_client.put(
-        f"/v1/jobs/{job_id}/config",
-        json={"reward_functions": {"constant": {"source": CONSTANT_REWARD}}},
-        headers={"If-Match": "*"},
-    )
-    assert updated.status_code == 200, updated.text
-    applies_from = updated.json()["applies_from_step"]
-    wait_until(nodes_client, job_id, lambda job: job["applied_config_version"] == 2)
-    assert nodes_client.post(f"/v1/jobs/{job_id}/pause").status_code == 200
-    wait_for_event(nodes_client, job_id, "paused", timeout_s=300)
-    wait_gone(every_training_process(nodes_stack))  # both nodes let go
-    paused_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
-    assert nodes_client.post(f"/v1/jobs/{job_id}/resume").status_code == 200
-    job = wait_for(nodes_client, job_id, timeout_s=900)
-    assert job["status"] == "succeeded", job.get("failure_reason")
-    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
-    assert resumed[-1]["data"]["checkpoint_step"] == paused_at
-    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
-    # Every step from the one promised runs on the new config, on both nodes' halves.
-    assert {s["config_version"] for s in steps if s["step"] >= applies_from} == {2}
-    assert {s["config_version"] for s in steps if s["step"] < applies_from} == {1}
-    after = [s for s in steps if s["step"] >= applies_from]
-    assert all(s["reward_mean"] == pytest.approx(0.5) for s in after)
 
 
 def test_a_rank_failing_on_another_node_fails_the_job_with_that_nodes_reason(

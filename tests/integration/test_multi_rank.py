@@ -14,6 +14,7 @@ import signal
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import stack_of_its_own, tenant_client
+from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
 from tests.integration.helpers import (
     all_pages,
     assert_lookup_results_match_the_table,
@@ -69,9 +70,15 @@ def ranks_stack(shared_model_cache: Path) -> Iterator[LocalStack]:
 
 
 @pytest.fixture
-def ranks_client(ranks_stack: LocalStack) -> Iterator[httpx.Client]:
-    with tenant_client(ranks_stack) as http:
+def ranks_client(ranks_stack: LocalStack, ranks_key: str) -> Iterator[httpx.Client]:
+    with tenant_client(ranks_stack, key=ranks_key) as http:
         yield http
+
+
+@pytest.fixture(scope="module")
+def ranks_key(ranks_stack: LocalStack) -> str:
+    """One tenant for the module: its tests read the module's shared DDP run."""
+    return new_tenant_key(ranks_stack)
 
 
 def worker_logs(stack: LocalStack) -> str:
@@ -122,11 +129,12 @@ def wait_for_ranks(root: int, timeout_s: float = 300) -> dict[int, int]:
 
 
 def test_two_rank_job_records_every_completion_of_both_ranks_once(
-    ranks_stack: LocalStack, ranks_client: httpx.Client
+    ranks_stack: LocalStack, ranks_client: httpx.Client, ddp_run: DdpRun
 ) -> None:
+    """The DDP job the DeepSpeed engines are compared with (below), read as a user would."""
     train_steps = 3
-    job_id = start_job(ranks_client, train_steps=train_steps)
-    job = wait_for(ranks_client, job_id, timeout_s=900)
+    job_id = ddp_run.job_id
+    job = ranks_client.get(f"/v1/jobs/{job_id}").json()
     assert job["status"] == "succeeded", job.get("failure_reason")
     assert (job["num_devices"], job["engine"]) == (RANKS, "ddp")
 
@@ -336,11 +344,15 @@ def test_device_requests_no_worker_can_hold_are_refused(
     assert named in response.text
 
 
-def train_for_trajectory(
-    stack: LocalStack, client: httpx.Client, engine: str
-) -> list[tuple[float, float]]:
-    """Three steps of the same seeded job on ``engine``: each step's (loss, mean reward)."""
-    request = job_request(client, train_steps=3, checkpoint_every=3)
+@dataclass(frozen=True)
+class DdpRun:
+    job_id: str
+    trajectory: list[tuple[float, float]]  # each step's (loss, mean reward)
+
+
+def train_for_trajectory(stack: LocalStack, client: httpx.Client, engine: str) -> DdpRun:
+    """Three steps of the same seeded job on ``engine`` (checkpoints at steps 2 and 3)."""
+    request = job_request(client, train_steps=3, checkpoint_every=2)
     request["engine"] = engine
     request["hyperparameters"]["seed"] = 7
     seen_before = worker_logs(stack).count("engine: deepspeed ZeRO-")
@@ -352,13 +364,14 @@ def train_for_trajectory(
     assert deepspeed_ranks == (RANKS if engine != "ddp" else 0)
     steps = client.get(f"/v1/jobs/{job['id']}/steps").json()["data"]
     assert [s["step"] for s in steps] == [1, 2, 3]
-    return [(s["loss"], s["reward_mean"]) for s in steps]
+    return DdpRun(job["id"], [(s["loss"], s["reward_mean"]) for s in steps])
 
 
 @pytest.fixture(scope="module")
-def ddp_trajectory(ranks_stack: LocalStack) -> list[tuple[float, float]]:
-    """The DDP run each DeepSpeed engine is compared with: trained once for the module."""
-    with tenant_client(ranks_stack) as client:
+def ddp_run(ranks_stack: LocalStack, ranks_key: str) -> DdpRun:
+    """A 3-step DDP job, trained once for the module: the two-rank record is read from it,
+    and each DeepSpeed engine's trajectory compared with it."""
+    with tenant_client(ranks_stack, key=ranks_key) as client:
         return train_for_trajectory(ranks_stack, client, "ddp")
 
 
@@ -367,15 +380,15 @@ def ddp_trajectory(ranks_stack: LocalStack) -> list[tuple[float, float]]:
 def test_a_deepspeed_job_matches_ddp_step_for_step(
     ranks_stack: LocalStack,
     ranks_client: httpx.Client,
-    ddp_trajectory: list[tuple[float, float]],
+    ddp_run: DdpRun,
     engine: str,
 ) -> None:
     """Same seed, same global batch: ZeRO-2 shards optimizer state and gradients (ZeRO-3 the
     parameters too), and must train the same trajectory as DDP (measured equal to 4 decimals
     on CPU: docs/measured-facts.md). The first DeepSpeed job on a machine JIT-builds its CPU op
     (minutes; cached outside the checkout, keyed by the pins)."""
-    sharded = train_for_trajectory(ranks_stack, ranks_client, engine)
-    for ddp, step in zip(ddp_trajectory, sharded, strict=True):
+    sharded = train_for_trajectory(ranks_stack, ranks_client, engine).trajectory
+    for ddp, step in zip(ddp_run.trajectory, sharded, strict=True):
         assert step == pytest.approx(ddp, abs=1e-4)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from service.demo import demo_dataset
 from service.stack import LocalStack
-from tests.conftest import stack_of_its_own, tenant_client
+from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.tiny_reward_model import TINY_REWARD_MODEL_NAME, tiny_reward_model_dir
@@ -24,26 +24,21 @@ TRAIN_STEPS = 20
 
 
 @pytest.fixture(scope="module")
-def models_stack(shared_model_cache: Path) -> Iterator[LocalStack]:
-    """The workers build the built-in models in ``shared_model_cache``, which is also a model
-    root: the built reward model's directory can be named as a model path."""
-    with stack_of_its_own(
-        "rft-reward-models-",
-        env={"RFT_MODEL_ROOTS": str(shared_model_cache)},
-        model_cache=shared_model_cache,
-    ) as stack:
-        yield stack
+def model_cache(stack: LocalStack) -> Path:
+    """The session stack's model cache, where its worker builds the built-in models: also a
+    model root, so the built reward model's directory can be named as a model path."""
+    return stack.state_dir / "models"
 
 
 @pytest.fixture
-def client(models_stack: LocalStack) -> Iterator[httpx.Client]:
-    with tenant_client(models_stack) as http:
+def client(stack: LocalStack) -> Iterator[httpx.Client]:
+    with tenant_client(stack) as http:
         http.timeout = httpx.Timeout(300)
         yield http
 
 
 def test_a_job_learns_from_a_reward_model_and_swaps_it_live(
-    client: httpx.Client, shared_model_cache: Path
+    client: httpx.Client, model_cache: Path
 ) -> None:
     dataset_id = upload_jsonl(client, demo_dataset())
     job = create_job(
@@ -70,7 +65,7 @@ def test_a_job_learns_from_a_reward_model_and_swaps_it_live(
         assert row["new_total"] == pytest.approx(2 * row["old_total"])
 
     # The swap: the same model by its path (the worker built it there), at weight 2.
-    path = str(tiny_reward_model_dir(shared_model_cache))
+    path = str(tiny_reward_model_dir(model_cache))
     swapped = client.put(
         f"/v1/jobs/{job_id}/config",
         json={"reward_functions": {"judge": {"model": path, "weight": 2.0}}},

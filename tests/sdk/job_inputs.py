@@ -15,6 +15,17 @@ QUICK_HYPERPARAMETERS: dict[str, Any] = {
     "max_completion_length": 8,
 }
 
+# Chat prompts with a system message (the CLI shows them as lines of text).
+CHAT_ROWS = [
+    {
+        "prompt": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"Say {w}"},
+        ]
+    }
+    for w in "abcd"
+]
+
 SHOUT_SOURCE = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
 
 

@@ -17,14 +17,9 @@ from typer.testing import CliRunner
 import rft
 from rft.cli.app import app
 from service.stack import LocalStack
-from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
+from tests.sdk.conftest import FinishedJob
 
 pytestmark = pytest.mark.integration
-
-VOWELS = (
-    "def vowels(prompt, completion, example):\n"
-    "    return sum(ch in 'aeiou' for ch in completion) / max(1, len(completion))\n"
-)
 
 # Run in a fresh interpreter, in the download folder, with the hub off: the base model can only
 # come from the adapter's config ("rft-tiny") resolved against the folder beside it.
@@ -45,18 +40,10 @@ for folder in sys.argv[1:]:
 
 
 def test_adapters_and_the_tiny_model_load_from_the_downloads_alone(
-    rft_client: rft.Client, stack: LocalStack, api_key: str, tmp_path: Path
+    stack: LocalStack, finished_job: FinishedJob, finished_client: rft.Client, tmp_path: Path
 ) -> None:
-    dataset = rft_client.datasets.upload(
-        [{"prompt": f"Say {w}:"} for w in ("yes", "no", "maybe")], name="travel"
-    )
-    job = rft_client.jobs.create(
-        dataset=dataset,
-        reward_functions={"vowels": VOWELS},
-        hyperparameters={**QUICK_HYPERPARAMETERS, "checkpoint_every": 1},
-    )
-    job = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
-    assert job.status == rft.JobStatus.SUCCEEDED, job.failure_reason
+    job = finished_job.job  # trained on the tiny model, a checkpoint at each step
+    api_key, rft_client = finished_job.api_key, finished_client
 
     elsewhere = tmp_path / "elsewhere"
     model = rft_client.models.download("rft-tiny", elsewhere)

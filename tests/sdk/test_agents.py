@@ -179,6 +179,46 @@ def test_tools_and_an_environment_travel_as_source(
     assert body["hyperparameters"] == {"max_turns": 4, "tool_timeout_s": 5.0}
 
 
+def test_an_http_tool_travels_as_its_declaration_from_the_sdk_and_a_job_file(
+    client: rft.Client, server: RecordingServer, tmp_path: Path
+) -> None:
+    lookup = rft.HttpTool(
+        name="lookup",
+        url="https://tools.example.com/lookup",
+        parameters={"type": "object", "properties": {"id": {"type": "string"}}},
+        headers={"Authorization": "Bearer {{secrets.KEY}}"},
+    )
+    client.jobs.create(dataset="ds_1", reward_functions={"f": multiply}, tools=[lookup])
+    [sent] = server.sent_json()["tools"]
+    assert sent == {"type": "http", **lookup.model_dump()}
+
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        yaml.safe_dump(
+            {
+                "dataset": "ds_1",
+                "reward_functions": {"f": {"source": "def f(prompt, completion, example): ..."}},
+                "tools": [{"type": "http", **lookup.model_dump()}],
+            }
+        )
+    )
+    assert read_job_spec(job_file)["tools"] == [lookup]
+    # A config's HTTP tool is written as declared and sent back as its declaration.
+    config = rft.JobConfig.model_validate(
+        {
+            "job_id": "job_1",
+            "version": 1,
+            "reward_functions": {"f": {"source": "def f(prompt, completion, example): ..."}},
+            "tools": {"lookup": {"source": "...", "http": lookup.model_dump()}},
+        }
+    )
+    written = yaml.safe_load(config_to_yaml(config))
+    assert written["tools"] == {"lookup": lookup.model_dump()}
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_to_yaml(config))
+    assert read_config(config_file).tools["lookup"].to_request()["http"]["url"] == lookup.url
+
+
 def test_a_job_without_agent_parts_sends_none(client: rft.Client, server: RecordingServer) -> None:
     client.jobs.create(dataset="ds_1", reward_functions={"f": multiply})
     body = server.sent_json()

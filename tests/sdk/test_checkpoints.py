@@ -17,7 +17,7 @@ import rft
 from rft.resources.adapter_archive import archive_name, save_archive
 from service.stack import LocalStack
 from tests.held_jobs import held_job, let_go
-from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, SHOUT_SOURCE
+from tests.sdk.conftest import FinishedJob
 
 
 def adapter_files(directory: Path) -> set[str]:
@@ -50,15 +50,10 @@ def test_pause_and_resume_sync_and_async(stack: LocalStack, api_key: str) -> Non
 
 
 def test_checkpoints_and_adapters_download_sync_and_async(
-    stack: LocalStack, api_key: str, rft_client: rft.Client, dataset: rft.Dataset, tmp_path: Path
+    stack: LocalStack, finished_job: FinishedJob, finished_client: rft.Client, tmp_path: Path
 ) -> None:
-    job = rft_client.jobs.create(
-        dataset=dataset,
-        reward_functions={"shout": SHOUT_SOURCE},
-        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 2, "checkpoint_every": 1},
-    )
-    finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
-    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
+    """On the session's finished job (tests/sdk/conftest.py): 2 steps, a checkpoint at each."""
+    api_key, job, rft_client = finished_job.api_key, finished_job.job, finished_client
     checkpoints = rft_client.jobs.checkpoints(job.id)
     assert [checkpoint.step for checkpoint in checkpoints.data] == [1, 2]
     assert checkpoints.final_adapter_path is not None

@@ -16,6 +16,7 @@ from rft.cli.sparkline import sparkline
 from rft.errors import RFTError
 from service.stack import LocalStack
 from tests.held_jobs import held_job, let_go
+from tests.sdk.conftest import FinishedJob
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS
 
 REWARD_FILE = """
@@ -23,12 +24,6 @@ def vowels(prompt, completion, example):
     print("vowels saw", len(completion))
     return sum(ch in "aeiou" for ch in completion) / max(1, len(completion))
 """
-
-
-@pytest.fixture
-def cli(stack: LocalStack, api_key: str) -> CliRunner:
-    # Wide output: Rich would otherwise fold ids and tables at 80 columns.
-    return CliRunner(env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"})
 
 
 def invoke(cli: CliRunner, *args: str, expect_exit: int = 0) -> str:
@@ -213,35 +208,20 @@ def test_job_file_secrets_come_from_the_environment(
     assert read_job_spec(path)["secrets"] == {"JUDGE_KEY": "sk-from-env"}
 
 
-CHAT_ROWS = [
-    {
-        "prompt": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": f"Say {w}"},
-        ]
-    }
-    for w in "abcd"
-]
-
-
 def test_checkpoints_adapters_and_chat_prompts(
-    cli: CliRunner, stack: LocalStack, api_key: str, rft_client: rft.Client, tmp_path: Path
+    stack: LocalStack, finished_job: FinishedJob, tmp_path: Path
 ) -> None:
-    """On a finished job with checkpoints (pausing and resuming: the test above and
-    tests/recording/test_job_lease.py)."""
-    dataset = rft_client.datasets.upload(CHAT_ROWS, name="chat")
-    job = rft_client.jobs.create(
-        dataset=dataset,
-        reward_functions={"one": "def one(prompt, completion, example):\n    return 1.0\n"},
-        hyperparameters={**QUICK_HYPERPARAMETERS, "train_steps": 2, "checkpoint_every": 1},
+    """On the session's finished job with checkpoints (tests/sdk/conftest.py); pausing and
+    resuming: the test above and tests/recording/test_job_lease.py."""
+    job = finished_job.job
+    cli = CliRunner(
+        env={"RFT_API_KEY": finished_job.api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "200"}
     )
     # Ids are printed whole even in a narrow terminal: they are what the next command takes.
     narrow = CliRunner(
-        env={"RFT_API_KEY": api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "60"}
+        env={"RFT_API_KEY": finished_job.api_key, "RFT_BASE_URL": stack.base_url, "COLUMNS": "60"}
     )
     assert job.id in invoke(narrow, "jobs", "list")
-    finished = rft_client.jobs.wait(job.id, timeout=600, poll_interval=0.5)
-    assert finished.status == rft.JobStatus.SUCCEEDED, finished.failure_reason
 
     listed = invoke(cli, "checkpoints", "list", job.id)
     assert "│ 1 " in listed and "final adapter: ready" in listed

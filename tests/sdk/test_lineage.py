@@ -11,6 +11,7 @@ import yaml
 import rft
 from rft.cli.files import read_job_spec
 from service.stack import LocalStack
+from tests.sdk.conftest import FinishedJob
 from tests.sdk.job_inputs import QUICK_HYPERPARAMETERS, create_request_body
 
 FORMAT = (
@@ -23,16 +24,16 @@ CORRECT = (
 
 
 def test_a_second_stage_continues_from_the_first(
-    stack: LocalStack, api_key: str, rft_client: rft.Client, dataset: rft.Dataset
+    stack: LocalStack, finished_job: FinishedJob, finished_client: rft.Client
 ) -> None:
-    stage1 = rft_client.jobs.create(
-        dataset=dataset,
-        reward_functions={"starts_upper": FORMAT},
-        hyperparameters={**QUICK_HYPERPARAMETERS, "lora_rank": 4},
-    )
-    stage1 = rft_client.jobs.wait(stage1.id, timeout=300, poll_interval=0.2)
-    assert stage1.status == rft.JobStatus.SUCCEEDED, stage1.failure_reason
+    """Stage 1 is the session's finished job (tests/sdk/conftest.py: 2 steps, a checkpoint at
+    each); stage 2 trains from its final adapter, on a dataset of its own."""
+    rft_client, api_key, stage1 = finished_client, finished_job.api_key, finished_job.job
     assert stage1.init_from is None
+    dataset = rft_client.datasets.upload(
+        [{"prompt": f"Write about {topic}:", "topic": topic} for topic in "abcdefgh"],
+        name="stage 2",
+    )
 
     stage2 = rft_client.jobs.create(
         dataset=dataset,
@@ -42,8 +43,10 @@ def test_a_second_stage_continues_from_the_first(
     )
     assert (stage2.init_from, stage2.parent_job_id) == (stage1.id, stage1.id)
     assert stage2.parent_checkpoint_step is None and not stage2.init_from_optimizer
-    # Base model and LoRA shape are stage 1's.
-    assert stage2.base_model == "rft-tiny" and stage2.hyperparameters["lora_rank"] == 4
+    # Base model and LoRA shape are stage 1's (a request that sets another shape: a 400,
+    # tests/integration/test_lineage.py).
+    assert stage2.base_model == "rft-tiny"
+    assert stage2.hyperparameters["lora_rank"] == stage1.hyperparameters["lora_rank"]
     stage2 = rft_client.jobs.wait(stage2.id, timeout=300, poll_interval=0.2)
     assert stage2.status == rft.JobStatus.SUCCEEDED, stage2.failure_reason
 

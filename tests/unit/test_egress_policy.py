@@ -99,6 +99,17 @@ def test_operator_allowed_hosts_skip_the_address_checks_on_their_port_only() -> 
         allowing.check("judge.internal", 9090)
 
 
+def test_a_jobs_own_hosts_narrow_the_way_out_and_stay_address_checked() -> None:
+    narrowed = policy(only_hosts=["public.example:443", "points-at-private.example:443"])
+    assert str(narrowed.check("public.example", 443)[0]) == "198.51.100.7"
+    with pytest.raises(EgressRefused, match=r"may reach only public\.example:443"):
+        narrowed.check("public.example", 80)  # another port of a listed host
+    with pytest.raises(EgressRefused, match="may reach only"):
+        narrowed.check("198.51.100.2", 443)  # a public host the job did not list
+    with pytest.raises(EgressRefused, match="private address"):
+        narrowed.check("points-at-private.example", 443)  # listed, but still checked
+
+
 def test_denied_networks_add_to_the_built_in_ones() -> None:
     with pytest.raises(EgressRefused, match="a network this deployment denies"):
         policy(denied_networks=["198.51.100.0/24"]).check("public.example", 443)
@@ -128,6 +139,20 @@ def test_sandbox_settings_refuse_bad_entries() -> None:
         SandboxSettings(egress_allowed_hosts=["judge:99999"])
     with pytest.raises(ValueError, match="egress_denied_networks"):
         SandboxSettings(egress_denied_networks=["not-a-network"])
+
+
+def test_a_job_with_endpoints_but_no_network_may_reach_those_alone() -> None:
+    """What the API's dry runs and every rank's sandboxes are given (sandbox_settings), under
+    bubblewrap: the endpoints' hosts switch the network on, narrowed to them; allow_network
+    keeps its wider way out; a job with neither has none."""
+    settings = Settings(sandbox_isolation="bwrap")
+    endpoints = ["tools.example.com:443"]
+    narrowed = sandbox_settings(settings, allow_network=False, secrets={}, egress_hosts=endpoints)
+    assert narrowed.allow_network and narrowed.egress_only_hosts == endpoints
+    wide = sandbox_settings(settings, allow_network=True, secrets={}, egress_hosts=endpoints)
+    assert wide.allow_network and wide.egress_only_hosts == []
+    closed = sandbox_settings(settings, allow_network=False, secrets={})
+    assert not closed.allow_network and closed.egress_only_hosts == []
 
 
 def test_the_deployment_hosts_come_from_its_settings() -> None:

@@ -62,7 +62,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("the rank process", {"workers.training.rank_process"}),
     ("the launcher", {"workers.training.launch"}),
-    ("placement and the lease", {"workers.placement", "workers.lease"}),
+    (
+        "placement, the lease and the webhook dispatcher",
+        {"workers.placement", "workers.lease", "workers.webhooks"},
+    ),
     (
         "job orchestration (and inference serving beside it)",
         {

@@ -3,7 +3,8 @@
 In one process: a job on the engine its predecessor kept samples exactly what it samples on a
 fresh engine (same completions, same rewards), with a seed other than vLLM's own so that the
 restored random state matters (the control shows the difference without it). Through the
-worker: the second job on the same model builds no engine, one built otherwise gets its own.
+worker (the second job on the same model builds no engine, one built otherwise gets its own):
+tests/vllm_generation/test_vllm_jobs.py, after a cancelled job.
 """
 
 from __future__ import annotations
@@ -12,20 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 
-from service.stack import LocalStack
-from tests.integration.helpers import create_job, wait_for
 from tests.layers import needs_gpu
-from tests.vllm_generation.test_vllm_jobs import LETTER_A, VLLM_ENGINE_LINE, job_body
 from tests.vllm_generation.test_vllm_training import train
 from workers.training import kept_engine
 
 pytestmark = pytest.mark.vllm
 
-REUSED_LINE = "reusing the kept vLLM engine"
 # Not vLLM's own seed (0, which a fresh engine's start seeds the process with): with the job's
 # seed, only the restored random state makes an adopted engine sample as a fresh one.
 JOB_SEED = 7
@@ -84,33 +80,3 @@ def test_an_engine_kept_asleep_is_adopted_asleep_and_samples_as_a_fresh_one(
     on_fresh = sampled(tmp_path / "fresh", vllm_sleep_mode=True)
     # Every step, as on CPU (the test above): each step's completions and the reward they got.
     assert len(on_kept) == 3 and on_kept == on_fresh
-
-
-def engine_lines(stack: LocalStack) -> tuple[int, int]:
-    """How many engines the workers built, and how many jobs reused a kept one, so far."""
-    logs = "".join(path.read_text(errors="replace") for path in stack.log_dir.glob("worker*.log"))
-    return logs.count(VLLM_ENGINE_LINE), logs.count(REUSED_LINE)
-
-
-def run_job(client: httpx.Client, **hyperparameters: Any) -> None:
-    job = create_job(
-        client,
-        job_body(client, {"letter_a": {"source": LETTER_A}}, train_steps=2, **hyperparameters),
-    )
-    job = wait_for(client, job["id"], timeout_s=600)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert job["steps_completed"] == 2
-
-
-def test_the_worker_gives_the_next_job_on_the_model_its_kept_engine(
-    vllm_stack: LocalStack, vllm_client: httpx.Client
-) -> None:
-    run_job(vllm_client)
-    built, reused = engine_lines(vllm_stack)
-    run_job(vllm_client)
-    assert engine_lines(vllm_stack) == (built, reused + 1)
-    # Another context length is another engine: the kept one is shut down, a new one built.
-    run_job(vllm_client, max_prompt_length=32, vllm_max_model_length=200)
-    assert engine_lines(vllm_stack) == (built + 1, reused + 1)
-    logs = "".join(p.read_text(errors="replace") for p in vllm_stack.log_dir.glob("worker*.log"))
-    assert "does not fit this job" in logs

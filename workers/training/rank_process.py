@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +80,9 @@ class RankJob:
     # Runtime packages installed by the worker, added to the sandbox's path.
     packages_path: Path | None
     report_to: list[str]
+    # Without allow_network: the only hosts its sandboxes may reach (HTTP tools, endpoint
+    # grader).
+    egress_hosts: list[str] = field(default_factory=list)
 
 
 def die_with_parent() -> None:
@@ -159,7 +162,12 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
 
     def start(secrets: dict[str, str]) -> ProcessSandbox:
         nonlocal started
-        config = sandbox_settings(get_settings(), allow_network=job.allow_network, secrets=secrets)
+        config = sandbox_settings(
+            get_settings(),
+            allow_network=job.allow_network,
+            secrets=secrets,
+            egress_hosts=job.egress_hosts,
+        )
         if job.packages_path is not None:
             config.extra_python_paths = [job.packages_path]
         if started is not None:
@@ -193,7 +201,10 @@ def _open_agent_sandbox(job: RankJob) -> JobAgentSandbox | None:
 
     def start(secrets: dict[str, str]) -> AgentSandbox:
         settings = sandbox_settings(
-            get_settings(), allow_network=job.allow_network, secrets=secrets
+            get_settings(),
+            allow_network=job.allow_network,
+            secrets=secrets,
+            egress_hosts=job.egress_hosts,
         )
         if job.packages_path is not None:
             settings.extra_python_paths = [job.packages_path]

@@ -101,11 +101,33 @@ class Tool(BaseModel):
         return {"name": self.name, "source": self.source}
 
 
-ToolLike: TypeAlias = Tool | Callable[..., Any]
+class HttpTool(BaseModel):
+    """A tool that is an HTTPS endpoint you host (OpenAI agent RFT's shape): each call POSTs
+    the model's arguments as a JSON object to ``url``; the endpoint's JSON answer is what the
+    model is shown. ``parameters`` is the JSON schema (type object) of the arguments; header
+    values may say ``{{secrets.NAME}}`` (the job's secret NAME). A timeout, an HTTP error or
+    an answer that is not JSON is the call's error (``timeout``, ``http_status``,
+    ``malformed_response``, ``connection``), shown to the model; the job goes on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    url: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = 10.0
+    max_retries: int = 2
+
+    def to_request(self) -> dict[str, Any]:
+        return {"type": "http", **self.model_dump()}
 
 
-def to_tool(value: ToolLike) -> Tool:
-    if isinstance(value, Tool):
+ToolLike: TypeAlias = Tool | HttpTool | Callable[..., Any]
+
+
+def to_tool(value: ToolLike) -> Tool | HttpTool:
+    if isinstance(value, Tool | HttpTool):
         return value
     if callable(value):
         return Tool.from_function(value)
@@ -179,7 +201,8 @@ class ToolCall(BaseModel):
 
 
 class ToolError(BaseModel):
-    """Why a tool call failed: ``kind`` is exception, timeout, not_serializable,
+    """Why a tool call failed: ``kind`` is exception, timeout, not_serializable, http_status,
+    malformed_response, connection (HTTP tools),
     bad_arguments, unknown_tool, environment_lost, killed, ..."""
 
     kind: str
@@ -257,10 +280,15 @@ class ToolConfig(_ConfigEntry):
     """A tool as a job's config holds it; ``version`` is None until the server saves it."""
 
     source: str
+    http: HttpTool | None = Field(
+        None, description="An HTTP tool's declaration (its source is generated from it)."
+    )
     version: int | None = None
     label: str | None = Field(None, description="name_vN, as shown in graphs.")
 
     def to_request(self) -> dict[str, Any]:
+        if self.http is not None:
+            return {"source": self.source, "http": self.http.to_request()}
         return {"source": self.source}
 
 
@@ -278,7 +306,9 @@ class EnvironmentConfig(_ConfigEntry):
         return {"source": self.source, "class_name": self.class_name, "weight": self.weight}
 
 
-ToolConfigLike: TypeAlias = ToolConfig | Tool | Callable[..., Any] | str | Mapping[str, Any]
+ToolConfigLike: TypeAlias = (
+    ToolConfig | Tool | HttpTool | Callable[..., Any] | str | Mapping[str, Any]
+)
 
 
 def to_tool_config(name: str, value: ToolConfigLike) -> ToolConfig:
@@ -290,6 +320,10 @@ def to_tool_config(name: str, value: ToolConfigLike) -> ToolConfig:
         return ToolConfig(source=value)
     if isinstance(value, Mapping):
         return ToolConfig.model_validate(value)
+    if isinstance(value, HttpTool):
+        if value.name != name:
+            raise AgentSourceError(f"tool {name!r} is HTTP tool {value.name!r}: names must match")
+        return ToolConfig(source="", http=value)
     tool = value if isinstance(value, Tool) else Tool.from_function(value)
     if tool.name != name:
         # The server calls the function the tool is named after.

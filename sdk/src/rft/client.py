@@ -10,6 +10,7 @@ from rft.resources.jobs import AsyncJobs, Jobs
 from rft.resources.models import AsyncModels, Models
 from rft.resources.reward_functions import AsyncRewardFunctions, RewardFunctions
 from rft.resources.usage import AsyncUsage, Usage
+from rft.resources.webhooks import AsyncWebhooks, Webhooks
 from rft.transport import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -50,6 +51,7 @@ class Client:
         self.chat = Chat(self._transport)
         self.completions = Completions(self._transport)
         self.usage = Usage(self._transport)
+        self.webhooks = Webhooks(self._transport)
 
     def close(self) -> None:
         self._transport.close()
@@ -93,6 +95,7 @@ class AsyncClient:
         self.chat = AsyncChat(self._transport)
         self.completions = AsyncCompletions(self._transport)
         self.usage = AsyncUsage(self._transport)
+        self.webhooks = AsyncWebhooks(self._transport)
 
     async def close(self) -> None:
         await self._transport.close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.http_tools.schemas import HttpToolCreate
 from service.openai_compat.graders.schemas import Grader
 
 Auto = Literal["auto"]
@@ -26,6 +27,31 @@ class ReinforcementHyperparameters(BaseModel):
     learning_rate_multiplier: Auto | float | None = Field(None, description="x learning_rate")
     n_epochs: Auto | int | None = Field(None, description="-> train_steps")
     reasoning_effort: Literal["default", "low", "medium", "high"] | None = None
+    max_turns: int | None = Field(None, ge=1, le=64, description="-> max_turns (agent jobs)")
+
+
+def flat_tool(data: Any) -> Any:
+    """A tool in OpenAI's function-tool form (``{"type": "function", "function": {name,
+    description, parameters}, "url", "headers"}``, or those keys at the top level) as ours."""
+    if not isinstance(data, dict):
+        return data
+    if data.get("type") not in (None, "function", "http"):
+        return data  # the field's own validation words the error
+    flat = {key: value for key, value in data.items() if key not in ("function", "type")}
+    function = data.get("function")
+    if isinstance(function, dict):
+        flat = {**function, **flat}
+    flat.pop("strict", None)  # OpenAI's strict schemas: every call here is checked anyway
+    return {"type": "http", **flat}
+
+
+class ReinforcementTool(HttpToolCreate):
+    """An HTTP tool of an agent job (docs/agents.md): ours, or OpenAI's function-tool form."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        return flat_tool(data)
 
 
 class ReinforcementMethod(BaseModel):
@@ -33,6 +59,11 @@ class ReinforcementMethod(BaseModel):
 
     grader: Grader
     hyperparameters: ReinforcementHyperparameters | None = None
+    tools: list[ReinforcementTool] | None = Field(
+        None,
+        max_length=32,
+        description="Ours: HTTP tools the model calls during each rollout (an agent job).",
+    )
 
 
 class SupervisedHyperparameters(BaseModel):

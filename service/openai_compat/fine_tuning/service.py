@@ -20,6 +20,8 @@ from service.artifacts.repository import CheckpointRepository
 from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
+from service.http_tools.schemas import HttpToolCreate
+from service.http_tools.service import http_declaration
 from service.inference.service import fine_tuned_model_name
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
@@ -188,7 +190,7 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
         )
     grader = method.reinforcement.grader
     settings = get_settings()
-    check_grader(grader, settings)
+    endpoint_hosts = check_grader(grader, settings)
     training = training_files(session, tenant_id, request)
     theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
     hyperparameters = our_hyperparameters(
@@ -197,6 +199,8 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
     report_to, secrets = integrations(request.integrations)
     if report_to:
         hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
+    if method.reinforcement.tools and theirs.max_turns is not None:
+        hyperparameters = hyperparameters.model_copy(update={"max_turns": theirs.max_turns})
     judged = uses_judge(grader)
     payload = JobCreate(
         dataset_id=training.id,
@@ -204,11 +208,15 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
         hyperparameters=hyperparameters,
         name=request.suffix,
         reward_functions=reward_functions(grader),
+        tools=[
+            HttpToolCreate.model_validate(tool.model_dump())
+            for tool in method.reinforcement.tools or []
+        ],
         allow_network=judged,
         secrets={**secrets, **(judge_environment(settings) if judged else {})},
         validation_dataset_id=request.validation_file,
     )
-    job = jobs.create_job(session, tenant_id, payload)
+    job = jobs.create_job(session, tenant_id, payload, endpoint_hosts=endpoint_hosts)
     if theirs.reasoning_effort not in (None, "default"):
         EventRepository(session).add_event(
             job.id,
@@ -357,6 +365,17 @@ def job_grader(session: Session, job: Job) -> Any | None:
     return None
 
 
+def job_http_tools(session: Session, job: Job) -> list[dict[str, Any]]:
+    """The HTTP tools of the job's newest config, as declared."""
+    configs = JobConfigRepository(session)
+    version = configs.get_config_version(job.id, job.config_version)
+    if version is None:
+        return []
+    tools, _ = configs.stored_agent_code(version)
+    declared = (http_declaration(tool.source) for tool in tools)
+    return [tool.model_dump(mode="json") for tool in declared if tool is not None]
+
+
 def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> FineTuningJob:
     if rows is None:
         rows = get_dataset(session, job.tenant_id, job.dataset_id).row_count
@@ -379,6 +398,9 @@ def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> Fine
                 "hyperparameters": hyperparameters.model_dump(exclude_none=True),
             },
         }
+        tools = job_http_tools(session, job)
+        if tools:
+            method["reinforcement"]["tools"] = tools
     status = JobStatus(job.status)
     return FineTuningJob(
         id=job.id,

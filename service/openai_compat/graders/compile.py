@@ -8,18 +8,38 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from sandbox import endpoint_runtime
 from service.errors import BadRequest
+from service.http_tools.service import check_endpoint
 from service.openai_compat.graders import runtime
-from service.openai_compat.graders.schemas import Grader, MultiGrader, PythonGrader
+from service.openai_compat.graders.schemas import (
+    EndpointGrader,
+    Grader,
+    MultiGrader,
+    PythonGrader,
+)
 from service.reward_functions.schemas import RewardFunctionCreate
 from service.settings import Settings
 
-RUNTIME_SOURCE = Path(runtime.__file__).read_text()
+ENDPOINT_IMPORT = "from sandbox.endpoint_runtime import EndpointError, post_to_endpoint\n"
+# runtime.py with the endpoint calls' code in place of their import (the sandbox cannot import
+# our packages; a __future__ import may only come first).
+RUNTIME_SOURCE = (
+    Path(runtime.__file__)
+    .read_text()
+    .replace(
+        ENDPOINT_IMPORT,
+        Path(endpoint_runtime.__file__)
+        .read_text()
+        .replace("from __future__ import annotations\n", ""),
+    )
+)
 GRADER_ADAPTER: TypeAdapter[Any] = TypeAdapter(Grader)
 MODEL_GRADERS = frozenset({"score_model", "label_model"})
 # Metrics that need something we do not have offline: cosine compares embeddings.
@@ -48,10 +68,17 @@ def parts(grader: Any) -> dict[str, Any]:
     return {grader.name: grader}
 
 
-def check_grader(grader: Any, settings: Settings) -> None:
-    """Refuse (400, naming the problem) a grader that could never score a sample here."""
+def check_grader(grader: Any, settings: Settings, secrets: Collection[str] = ()) -> list[str]:
+    """Refuse (400, naming the problem) a grader that could never score a sample here; the
+    hosts (host:port) of its endpoint graders, which its sandbox may then reach."""
+    hosts = []
     for name, part in parts(grader).items():
         where = f"grader {name!r}"
+        if isinstance(part, EndpointGrader):
+            try:
+                hosts.append(check_endpoint(part.url, part.headers, secrets, where, settings))
+            except BadRequest as error:
+                raise InvalidGrader(error.detail) from None
         if part.type == "text_similarity" and part.evaluation_metric in UNAVAILABLE_METRICS:
             raise InvalidGrader(
                 f"{where}: evaluation_metric {part.evaluation_metric!r} "
@@ -72,6 +99,7 @@ def check_grader(grader: Any, settings: Settings) -> None:
             runtime.parse_formula(grader.calculate_output, set(parts(grader)))
         except runtime.GraderError as error:
             raise InvalidGrader(str(error), param="grader.calculate_output") from None
+    return sorted(set(hosts))
 
 
 def check_python_source(where: str, source: str) -> None:
@@ -98,12 +126,26 @@ GRADER_LINE = re.compile(r"^GRADER = json\.loads\((.*)\)$", re.MULTILINE)
 
 
 def reward_source(function_name: str, grader: dict[str, Any]) -> str:
+    if not _calls_endpoint(grader):
+        return (
+            f"{RUNTIME_SOURCE}\n\n"
+            f"GRADER = json.loads({json.dumps(json.dumps(grader))})\n\n\n"
+            f"def {function_name}(prompt, completion, example):\n"
+            f"    return grade_completion(GRADER, completion, example)\n"
+        )
+    # An endpoint grader is sent the rollout's conversation too.
     return (
         f"{RUNTIME_SOURCE}\n\n"
         f"GRADER = json.loads({json.dumps(json.dumps(grader))})\n\n\n"
-        f"def {function_name}(prompt, completion, example):\n"
-        f"    return grade_completion(GRADER, completion, example)\n"
+        f"def {function_name}(prompt, completion, example, messages):\n"
+        f"    return grade_completion(GRADER, completion, example, messages)\n"
     )
+
+
+def _calls_endpoint(grader: dict[str, Any]) -> bool:
+    if grader.get("type") == "multi":
+        return any(_calls_endpoint(part) for part in runtime.sub_graders(grader).values())
+    return grader.get("type") == "endpoint"
 
 
 def grader_in_source(source: str) -> dict[str, Any] | None:

@@ -22,6 +22,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+# compile.py puts sandbox/endpoint_runtime.py's source in place of this line (the reward
+# sandbox cannot import our packages).
+from sandbox.endpoint_runtime import EndpointError, post_to_endpoint
+
 
 class GraderError(Exception):
     pass
@@ -349,6 +353,37 @@ def label_model(grader: dict[str, Any], namespaces: dict[str, Any], post: Post) 
     return 1.0 if label in grader["passing_labels"] else 0.0
 
 
+# --- endpoint graders --------------------------------------------------------------------
+
+
+def endpoint_score(grader: dict[str, Any], namespaces: dict[str, Any]) -> float:
+    """POST the rollout (the sample, its conversation, the dataset row's reference fields)
+    to the user's endpoint; its ``{"score": number}`` is the score."""
+    body = {
+        "sample": namespaces["sample"],
+        "item": namespaces["item"],
+        "messages": namespaces.get("messages") or [],
+    }
+    try:
+        answer = post_to_endpoint(
+            grader["url"],
+            body,
+            headers=grader.get("headers") or {},
+            timeout_s=float(grader.get("timeout_s", 10.0)),
+            max_retries=int(grader.get("max_retries", 2)),
+            backoff_s=0.5,
+        )
+    except EndpointError as error:
+        raise GraderError(f"endpoint grader {error.kind}: {error}") from None
+    score = answer.get("score") if isinstance(answer, dict) else None
+    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+        raise GraderError(
+            f'endpoint grader malformed_response: {grader["url"]} answered no {{"score": '
+            f"number}}: {json.dumps(answer)[:200]}"
+        )
+    return float(score)
+
+
 # --- graders -----------------------------------------------------------------------------
 
 Post = Callable[[dict[str, Any]], dict[str, Any]]
@@ -399,6 +434,8 @@ def grade(
         score = score_model(grader, namespaces, post)
     elif kind == "label_model":
         score = label_model(grader, namespaces, post)
+    elif kind == "endpoint":
+        score = endpoint_score(grader, namespaces)
     elif kind == "multi":
         parts = sub_graders(grader)
         values = {name: grade(part, namespaces, post, scores) for name, part in parts.items()}
@@ -414,9 +451,19 @@ def grade(
     return score
 
 
-def grade_completion(grader: dict[str, Any], completion: Any, example: dict[str, Any]) -> float:
-    """The reward-function form: our (completion, example) as OpenAI's (sample, item)."""
+def grade_completion(
+    grader: dict[str, Any],
+    completion: Any,
+    example: dict[str, Any],
+    messages: list[dict[str, Any]] | None = None,
+) -> float:
+    """The reward-function form: our (completion, example) as OpenAI's (sample, item);
+    ``messages``, the rollout's conversation (tool calls and results of an agent job), for
+    endpoint graders."""
     if isinstance(completion, list):  # a conversational completion: its last message's text
         completion = completion[-1].get("content", "") if completion else ""
     item = {key: value for key, value in example.items() if key != "prompt"}
-    return grade(grader, {"sample": sample_namespace(str(completion)), "item": item})
+    namespaces: dict[str, Any] = {"sample": sample_namespace(str(completion)), "item": item}
+    if messages is not None:
+        namespaces["messages"] = messages
+    return grade(grader, namespaces)

@@ -98,8 +98,30 @@ class LabelModelGrader(GraderBase):
     passing_labels: list[str] = Field(min_length=1)
 
 
+class EndpointGrader(GraderBase):
+    """Ours, not OpenAI's: the rollout is POSTed to the user's endpoint, which answers
+    ``{"score": <number>}`` (docs/migrate-from-openai.md)."""
+
+    type: Literal["endpoint"]
+    url: str = Field(max_length=2000, description="https:// URL the rollout is POSTed to.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Sent with every POST; `{{secrets.NAME}}` is the job's secret NAME.",
+    )
+    timeout_s: float = Field(10.0, gt=0, le=600, description="Wall limit of one try.")
+    max_retries: int = Field(
+        2, ge=0, le=5, description="Tries again after a 5xx or a failed connection."
+    )
+
+
 SingleGrader = Annotated[
-    StringCheckGrader | TextSimilarityGrader | PythonGrader | ScoreModelGrader | LabelModelGrader,
+    StringCheckGrader
+    | TextSimilarityGrader
+    | PythonGrader
+    | ScoreModelGrader
+    | LabelModelGrader
+    | EndpointGrader,
     Field(discriminator="type"),
 ]
 
@@ -119,6 +141,7 @@ Grader = Annotated[
     | PythonGrader
     | ScoreModelGrader
     | LabelModelGrader
+    | EndpointGrader
     | MultiGrader,
     Field(discriminator="type"),
 ]

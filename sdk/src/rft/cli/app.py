@@ -20,6 +20,7 @@ from rft.cli.cost import cost_lines, duration_text, estimate_lines
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
 from rft.cli.summaries import dry_run_summary, prompt_as_text, trajectory_lines
 from rft.cli.watch import job_view
+from rft.cli.webhooks import delivery_table, webhook_table
 from rft.client import Client
 from rft.errors import RFTError
 from rft.models import Completion, Export, Job, JobEvent, JobStatus, Step
@@ -39,6 +40,10 @@ app.add_typer(completions_app, name="completions")
 app.add_typer(checkpoints_app, name="checkpoints")
 models_app = typer.Typer(help="Download the built-in base model.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+webhooks_app = typer.Typer(
+    help="Send job events to your URLs, signed; see what was delivered.", no_args_is_help=True
+)
+app.add_typer(webhooks_app, name="webhooks")
 
 console = Console()
 error_console = Console(stderr=True)
@@ -667,3 +672,59 @@ def usage(
     )  # fmt: skip
     console.print(table)
     console.print(f"{duration_text(report.gpu_seconds)} of device time", highlight=False)
+
+
+# --- webhooks -------------------------------------------------------------------------------
+
+
+@webhooks_app.command("create")
+@reports_errors
+def create_webhook(
+    context: typer.Context,
+    url: str,
+    event: Annotated[
+        list[str],
+        typer.Option("--event", "-e", help="An event to send (repeat): job.succeeded, ..."),
+    ],
+    description: Annotated[str | None, typer.Option(help="A note for you.")] = None,
+) -> None:
+    """Register URL for job events; prints the signing secret, shown only this once."""
+    created = client_for(context).webhooks.create(
+        url=url, event_types=event, description=description
+    )
+    console.print(f"created [bold]{created.id}[/bold] for {', '.join(created.event_types)}")
+    console.print(f"signing secret (shown once): {created.secret}", markup=False)
+
+
+@webhooks_app.command("list")
+@reports_errors
+def list_webhooks(context: typer.Context) -> None:
+    """Webhooks, newest first."""
+    console.print(webhook_table(client_for(context).webhooks.list()))
+
+
+@webhooks_app.command("delete")
+@reports_errors
+def delete_webhook(context: typer.Context, webhook_id: str) -> None:
+    """Stop sending to a webhook; its pending deliveries are dropped."""
+    client_for(context).webhooks.delete(webhook_id)
+    console.print(f"deleted {webhook_id}")
+
+
+@webhooks_app.command("test")
+@reports_errors
+def test_webhook(context: typer.Context, webhook_id: str) -> None:
+    """Send a webhook.test event to the webhook's URL."""
+    delivery = client_for(context).webhooks.test(webhook_id)
+    console.print(f"queued {delivery.id}: see `rft webhooks deliveries {webhook_id}`")
+
+
+@webhooks_app.command("deliveries")
+@reports_errors
+def list_deliveries(
+    context: typer.Context,
+    webhook_id: str,
+    limit: Annotated[int, typer.Option(help="Deliveries to show, newest first.")] = 20,
+) -> None:
+    """The delivery log: each event sent, and every try with the receiver's answer."""
+    console.print(delivery_table(client_for(context).webhooks.deliveries(webhook_id, limit=limit)))

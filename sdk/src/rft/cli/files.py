@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from rft.agents import Environment, Tool
+from rft.agents import Environment, HttpTool, Tool
 from rft.errors import RFTError
 from rft.models import REWARD_MODEL_SETTINGS, RUN_SETTINGS, JobConfig, RewardModel, RewardModule
 
@@ -76,16 +77,23 @@ def _code_file(spec: dict[str, Any], base_dir: Path) -> Path | None:
     return None if named is None else base_dir / str(named)
 
 
-def _tools(raw: Any, base_dir: Path, where: str) -> list[Tool]:
+def _tools(raw: Any, base_dir: Path, where: str) -> list[Tool | HttpTool]:
     if not isinstance(raw, list) or not all(isinstance(spec, dict) for spec in raw):
         raise RFTError(f"{where}: tools must be a list of {{file, name}}")
-    tools: list[Tool] = []
+    tools: list[Tool | HttpTool] = []
     for spec in raw:
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             raise RFTError(f"{where}: each tool needs name (the function to call)")
         file = _code_file(spec, base_dir)
-        if file is not None:
+        if "url" in spec:  # an HTTP tool: {name, url, description, parameters, headers}
+            try:
+                tools.append(
+                    HttpTool.model_validate({k: v for k, v in spec.items() if k != "type"})
+                )
+            except ValidationError as error:
+                raise RFTError(f"{where}: HTTP tool {name!r}: {error}") from None
+        elif file is not None:
             tools.append(Tool.from_file(file, name))
         elif "source" in spec:
             tools.append(Tool(name=name, source=str(spec["source"])))
@@ -282,7 +290,11 @@ def config_to_yaml(config: JobConfig) -> str:
     }
     # Agent jobs: their tools and environments travel too, so `config update` keeps them.
     if config.tools:
-        content["tools"] = {name: {"source": tool.source} for name, tool in config.tools.items()}
+        content["tools"] = {
+            # An HTTP tool as declared (its source is generated from it on the server).
+            name: tool.http.model_dump() if tool.http is not None else {"source": tool.source}
+            for name, tool in config.tools.items()
+        }
     if config.environments:
         content["environments"] = {
             name: {
