@@ -53,6 +53,7 @@ def document(stack: LocalStack) -> dict:
         ("get", "/v1/jobs", {"400", "401", "422", "503"}),
         ("get", "/v1/jobs/{job_id}", {"400", "401", "404", "422", "503"}),
         ("post", "/v1/jobs/{job_id}/resume", {"400", "401", "404", "409", "422", "503"}),
+        ("get", "/v1/jobs/{job_id}/report.html", {"400", "401", "404", "422", "503"}),
         ("post", "/v1/jobs/{job_id}/exports", {"400", "401", "404", "409", "422", "503"}),
         ("get", "/v1/jobs/{job_id}/merged.tar.gz", {"400", "401", "404", "409", "422", "503"}),
         (
