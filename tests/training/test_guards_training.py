@@ -34,10 +34,10 @@ PAYS_FOR_A_REPEATED_WORD = (
     "    return max([words.count(word) for word in words] or [0]) / 4\n"
 )
 # Measured (seed 0, lr 1e-2): the reward goes from 0.25 to above 1 by step 12; the completions
-# become ' s s s s s s s s s s s s s s suestion s'. The tiny model's byte-level tokens glue
-# stray bytes to words ('s\x0e', 'sG'), so whole word 3-grams rarely repeat (their share stays
-# under 0.15: the default repetition_ngram 3 at 0.5 does not trip in 30 steps); repeated single
-# words (repetition_ngram 1) reach 0.35-0.5 from step 12, and the guard at 0.3 trips at step 14.
+# become ' s s s s s s s s s s s s s s suestion s'. Repeated single words (repetition_ngram 1)
+# reach a step mean of 0.35-0.5 from step 12, and the guard at 0.3 trips at step 14. Whole word
+# 3-grams stay under 0.15 (the defaults do not trip in 30 steps): stray bytes glued to words
+# ('s\x0e', 'sG') break them, and short answers (fewer than two 3-grams) count as 0.
 REPEATED_WORD_STEPS = 18
 WORD_REPETITION = GuardSettings(repetition_ngram=1, repetition_share=0.3)
 
