@@ -24,6 +24,7 @@ from service.observability import configure_logging, install_observability
 from service.openai_compat.files.endpoints import router as openai_files_router
 from service.openai_compat.fine_tuning.endpoints import router as openai_fine_tuning_router
 from service.openai_compat.graders.endpoints import router as openai_graders_router
+from service.reports.endpoints import router as reports_router
 from service.request_input import RequestInputGuard
 from service.reward_functions.endpoints import router as reward_functions_router
 from service.settings import get_settings
@@ -61,6 +62,7 @@ def create_app() -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(usage_router)
     app.include_router(job_configs_router)
+    app.include_router(reports_router)
     app.include_router(reward_functions_router)
     app.include_router(artifacts_router)
     app.include_router(exports_router)

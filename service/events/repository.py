@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import func, select
@@ -58,5 +59,15 @@ class EventRepository:
                 .where(JobEvent.job_id == job_id, JobEvent.id > after_id)
                 .order_by(JobEvent.id)
                 .limit(limit)
+            )
+        )
+
+    def list_events_of_kinds(self, job_id: str, kinds: Collection[str]) -> list[JobEvent]:
+        """A job's events of these kinds, in id order."""
+        return list(
+            self.session.scalars(
+                select(JobEvent)
+                .where(JobEvent.job_id == job_id, JobEvent.kind.in_(list(kinds)))
+                .order_by(JobEvent.id)
             )
         )

@@ -42,6 +42,16 @@ class JobRepository:
             statement = statement.with_for_update()
         return self.session.scalar(statement)
 
+    def list_children(self, tenant_id: str, job_id: str) -> list[Job]:
+        """The tenant's jobs started from ``job_id``'s weights (init_from), oldest first."""
+        return list(
+            self.session.scalars(
+                select(Job)
+                .where(Job.tenant_id == tenant_id, Job.parent_job_id == job_id)
+                .order_by(Job.created_at, Job.id)
+            )
+        )
+
     def notify_changed(self, job_id: str) -> None:
         """Wake the job's worker (workers.job_watch): delivered when the transaction commits."""
         self.session.execute(select(func.pg_notify(JOB_CHANNEL, job_id)))

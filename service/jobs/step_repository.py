@@ -109,6 +109,30 @@ class StepRepository:
         statement = statement.order_by(Completion.step, Completion.id).limit(limit)
         return list(self.session.scalars(statement))
 
+    def completion_lengths(self, job_id: str) -> list[tuple[int, float]]:
+        """Each stored step's mean completion length in tokens, in step order."""
+        rows = self.session.execute(
+            select(Completion.step, func.avg(Completion.token_count))
+            .where(Completion.job_id == job_id)
+            .group_by(Completion.step)
+            .order_by(Completion.step)
+        )
+        return [(step, float(mean)) for step, mean in rows]
+
+    def ranked_completions(
+        self, job_id: str, step: int, *, limit: int, best: bool
+    ) -> list[Completion]:
+        """A step's highest (``best``) or lowest total rewards; unscored ones (null) last."""
+        total = Completion.total.desc() if best else Completion.total.asc()
+        return list(
+            self.session.scalars(
+                select(Completion)
+                .where(Completion.job_id == job_id, Completion.step == step)
+                .order_by(total.nulls_last(), Completion.id)
+                .limit(limit)
+            )
+        )
+
     def list_function_records(
         self,
         model: type[FunctionRecord],

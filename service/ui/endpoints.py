@@ -1,4 +1,4 @@
-"""Serves the dashboard's three static files. A fixed table, not a directory mount: nothing
+"""Serves the dashboard's static files. A fixed table, not a directory mount: nothing
 but these files can be reached, and the app needs no mount outside its routers."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from service.errors import NotFound
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 ASSETS = {
+    "views.js": "text/javascript; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }

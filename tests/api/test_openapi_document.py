@@ -55,6 +55,7 @@ def document(stack: LocalStack) -> dict:
         ("post", "/v1/jobs/estimate", {"400", "401", "404", "413", "422", "503"}),
         ("get", "/v1/usage", {"400", "401", "422", "503"}),
         ("post", "/v1/jobs/{job_id}/resume", {"400", "401", "404", "409", "422", "503"}),
+        ("get", "/v1/jobs/{job_id}/report.html", {"400", "401", "404", "422", "503"}),
         ("post", "/v1/jobs/{job_id}/exports", {"400", "401", "404", "409", "422", "503"}),
         ("get", "/v1/jobs/{job_id}/merged.tar.gz", {"400", "401", "404", "409", "422", "503"}),
         (

@@ -302,6 +302,28 @@ def download(
     console.print(f"saved {path}", markup=False, highlight=False)
 
 
+@jobs_app.command("report")
+@reports_errors
+def job_report(
+    context: typer.Context,
+    job_id: str,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    step: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--step",
+            help="A step whose best and worst completions to show (repeat it; default: the "
+            "first and the last step).",
+        ),
+    ] = None,
+) -> None:
+    """Save the job's report: one self-contained HTML page to open offline or share."""
+    client_for(context).jobs.report(job_id, steps=step, path=output)
+    console.print(f"saved {output}", markup=False, highlight=False)
+
+
 @jobs_app.command("push-to-hub")
 @reports_errors
 def push_to_hub(

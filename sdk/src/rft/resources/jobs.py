@@ -56,6 +56,7 @@ from rft.resources.exports import (
     Exports,
     succeeded,
 )
+from rft.resources.job_report import report_request, save_report
 from rft.sse import ServerSentEvent, SSEDecoder
 from rft.transport import (
     AsyncTransport,
@@ -657,6 +658,23 @@ class Jobs:
         options = RequestOptions("GET", f"/v1/jobs/{job_id}/config")
         return _config_from_response(self._transport.request(options))
 
+    def report(
+        self,
+        job_id: str,
+        /,
+        *,
+        steps: Sequence[int] | None = None,
+        path: str | os.PathLike[str] | None = None,
+    ) -> str:
+        """The job's report: one self-contained HTML page (curves, config history with diffs,
+        warnings and guard trips, the best and worst completions of ``steps`` (default: the
+        first and the last step), lineage, exports) that opens offline. With ``path``, it is
+        also written there."""
+        page = self._transport.request(report_request(job_id, steps)).text
+        if path is not None:
+            save_report(page, path)
+        return page
+
     def config_versions(self, job_id: str, /) -> builtins.list[JobConfig]:
         """Every config the job has had, oldest first."""
         data = self._get_json(f"/v1/jobs/{job_id}/config/versions")
@@ -1072,6 +1090,19 @@ class AsyncJobs:
     async def get_config(self, job_id: str, /) -> JobConfig:
         options = RequestOptions("GET", f"/v1/jobs/{job_id}/config")
         return _config_from_response(await self._transport.request(options))
+
+    async def report(
+        self,
+        job_id: str,
+        /,
+        *,
+        steps: Sequence[int] | None = None,
+        path: str | os.PathLike[str] | None = None,
+    ) -> str:
+        page = (await self._transport.request(report_request(job_id, steps))).text
+        if path is not None:
+            save_report(page, path)
+        return page
 
     async def config_versions(self, job_id: str, /) -> builtins.list[JobConfig]:
         data = await self._get_json(f"/v1/jobs/{job_id}/config/versions")
