@@ -29,8 +29,8 @@
 # `--download-overlay DIR` fills DIR with the rest (scripts/gpu_overlay_requirements.txt, ~95 MB
 # with QLoRA's bitsandbytes, no torch, no vLLM); there, `RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh
 # --overlay DIR` installs them beside that Python's packages (pip --target, no dependency
-# resolution) and runs the checks with them. vLLM's wheels are too large to bring that way: its
-# tests are then NOT RUN (a failure, or with RFT_GPU_WITHOUT_VLLM=1 a note), and the bench
+# resolution) and runs the checks with them. vLLM's wheels are too large to bring that way (the
+# parts below bring them): its tests are then NOT RUN (a failure, or with RFT_GPU_WITHOUT_VLLM=1 a note), and the bench
 # compares with transformers' generate().
 #
 # One 15-minute window with vLLM in it (docs/gpu-runs.md): `--pack-parts DIR` (where a registry
