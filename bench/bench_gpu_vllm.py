@@ -67,6 +67,8 @@ def hyperparameters(args: argparse.Namespace) -> Any:
 
 
 def phase_service(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
     from sandbox.process import create_sandbox
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
@@ -74,6 +76,7 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     from workers.training.generation import choose_generation
     from workers.training.grpo import TrainingSpec, run_grpo
     from workers.training.step_records import RewardConfig
+    from workers.training.vllm_memory import colocated_memory_plan
 
     generation = choose_generation(
         Settings(generation_backend=args.generation, vllm_mode="colocate")
@@ -90,11 +93,21 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
             model_cache_dir=Path(output),
             generation=generation,
         )
+        # vLLM's share as the worker computes it (service/jobs/gpu_memory.py), and what torch
+        # then measured: the plan's sum against the peak.
+        plan = colocated_memory_plan(spec, str(args.model))
+        torch.cuda.reset_peak_memory_stats()
         try:
             run_grpo(spec, sandbox, observer)
         finally:
             sandbox.close()
+        peak_reserved = torch.cuda.max_memory_reserved() / 1024**3
+        peak_allocated = torch.cuda.max_memory_allocated() / 1024**3
     return {
+        "memory_plan": None
+        if plan is None
+        else f"utilization {plan.utilization}: {plan.arithmetic()} of {plan.device_gib:.1f} GiB",
+        "peak_gib": [peak_allocated, peak_reserved],
         "step_s": [record.duration_s for record in observer.records],
         "generation": generation.describe(),
         "mean_length": [
@@ -330,6 +343,12 @@ def main() -> None:
         lengths = ", ".join(f"{n:.0f}" for n in run["mean_length"] if n is not None)
         print(f"{name}: steps [{steps}] s; mean completion tokens [{lengths}]")
     print(f"bare model's parameters: {bare['dtype']}")
+    allocated, reserved = service["peak_gib"]
+    print(
+        f"service memory: plan {service['memory_plan'] or 'none (not colocated vLLM)'}; "
+        f"peak torch measured {allocated:.2f} GiB allocated, {reserved:.2f} GiB reserved "
+        "(vLLM's memory outside torch's allocator not included)"
+    )
     service_s, bare_s = timed_median(service["step_s"]), timed_median(bare["step_s"])
     print(f"service ({service['generation']}): {service_s:.3f} s/step")
     print(

@@ -29,12 +29,21 @@
 # `--download-overlay DIR` fills DIR with the rest (scripts/gpu_overlay_requirements.txt, ~95 MB
 # with QLoRA's bitsandbytes, no torch, no vLLM); there, `RFT_GPU_PYTHON=python3 bash scripts/gpu_check.sh
 # --overlay DIR` installs them beside that Python's packages (pip --target, no dependency
-# resolution) and runs the checks with them. vLLM's wheels are too large to bring that way: its
-# tests are then NOT RUN (a failure, or with RFT_GPU_WITHOUT_VLLM=1 a note), and the bench
+# resolution) and runs the checks with them. vLLM's wheels are too large to bring that way (the
+# parts below bring them): its tests are then NOT RUN (a failure, or with RFT_GPU_WITHOUT_VLLM=1 a note), and the bench
 # compares with transformers' generate().
 #
+# One 15-minute window with vLLM in it (docs/gpu-runs.md): `--pack-parts DIR` (where a registry
+# is reachable) packs vLLM 0.26.0, the overlay and this project into parts of at most 60 MiB
+# (scripts/gpu_parts.sh, scripts/gpu_vllm_parts.txt); on the GPU machine, once the parts sit in
+# one folder, `--unpack-parts DIR --window` unpacks them and runs, under RFT_GPU_WINDOW_BUDGET_S
+# (570 s): the probe (driver, torch CUDA, dtypes, vLLM's engine modules imported), the vLLM job
+# test, the sleep-mode test and a short bench (with vLLM's memory plan beside the peak torch
+# measured), rewriting the report after each part.
+#
 # Usage: bash scripts/gpu_check.sh [--dry-run] [--wheelhouse DIR] [--download-wheels DIR]
-#        [--overlay DIR] [--download-overlay DIR]
+#        [--overlay DIR] [--download-overlay DIR] [--pack-parts DIR] [--unpack-parts DIR]
+#        [--window]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,12 +64,27 @@ GPU_TESTS_CAP_S="${RFT_GPU_TESTS_CAP_S:-600}"
 VLLM_TESTS_CAP_S="${RFT_GPU_VLLM_TESTS_CAP_S:-900}"
 BENCH_ARGS="${RFT_GPU_BENCH_ARGS:-}"
 OVERLAY_REQUIREMENTS=scripts/gpu_overlay_requirements.txt
+# The window (--window): the whole under 10 minutes, each part capped.
+WINDOW_BUDGET_S="${RFT_GPU_WINDOW_BUDGET_S:-570}"
+UNPACK_CAP_S=60
+PROBE_CAP_S=90
+VLLM_JOB_CAP_S=210
+VLLM_SLEEP_CAP_S=150
+VLLM_JOB_TEST="tests/vllm_generation/test_vllm_jobs.py::test_a_job_trains_end_to_end_with_vllm_generating"
+VLLM_SLEEP_TEST="tests/vllm_generation/test_vllm_engine_reuse.py::test_an_engine_kept_asleep_is_adopted_asleep_and_samples_as_a_fresh_one"
+WINDOW_BENCH_ARGS="${RFT_GPU_WINDOW_BENCH_ARGS:---steps 4 --completion-tokens 64 --generation vllm}"
+UNPACK_DEST="${RFT_GPU_UNPACK_DEST:-/tmp}"
+# shellcheck source=scripts/gpu_parts.sh
+. scripts/gpu_parts.sh
 GPUS_PER_JOB="$(sed -n 's/^GPUS_PER_JOB = \([0-9]*\).*/\1/p' tests/gpu/conftest.py)"
 
 dry_run=0
 download_to=""
 overlay=""
 download_overlay_to=""
+window=0
+pack_to=""
+unpack_from=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -68,7 +92,10 @@ while [ $# -gt 0 ]; do
     --download-wheels) download_to="$2"; shift ;;
     --overlay) overlay="$2"; shift ;;
     --download-overlay) download_overlay_to="$2"; shift ;;
-    -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --window) window=1 ;;
+    --pack-parts) pack_to="$2"; shift ;;
+    --unpack-parts) unpack_from="$2"; window=1; shift ;;
+    -h | --help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -115,6 +142,29 @@ print_plan() {
       "pyproject.toml), and the report says CUDA is absent"
   fi
 }
+
+print_window_plan() {
+  local gpus="$1"
+  echo "gpu_check window plan: budget ${WINDOW_BUDGET_S} s; report: $REPORT (rewritten after each part)"
+  if [ -n "$unpack_from" ]; then
+    echo "1. unpack [cap ${UNPACK_CAP_S} s]: unpack_parts $unpack_from $UNPACK_DEST" \
+      "(scripts/gpu_parts.sh), then . $UNPACK_DEST/rft-env.sh"
+  else
+    echo "1. unpack [cap ${UNPACK_CAP_S} s]: none: vLLM is already importable"
+  fi
+  echo "2. probe [cap ${PROBE_CAP_S} s]: nvidia-smi, torch CUDA and dtypes, the worker's probe," \
+    "import of the [modules] of $GPU_PARTS_LIST"
+  echo "3. vllm-job [cap ${VLLM_JOB_CAP_S} s]: RFT_REQUIRE_VLLM=1 RFT_REQUIRE_GPUS=$gpus pytest $VLLM_JOB_TEST"
+  echo "4. vllm-sleep [cap ${VLLM_SLEEP_CAP_S} s]: RFT_REQUIRE_VLLM=1 RFT_REQUIRE_GPUS=$gpus pytest $VLLM_SLEEP_TEST"
+  echo "5. bench [cap: the rest of the budget]: python bench/bench_gpu_vllm.py $WINDOW_BENCH_ARGS"
+}
+
+if [ -n "$pack_to" ]; then
+  pack_parts "$pack_to" || exit 1
+  echo "parts in $pack_to; on the GPU machine, with every part in one folder P:" \
+    "bash scripts/gpu_check.sh --unpack-parts P --window"
+  exit 0
+fi
 
 if [ -n "$download_overlay_to" ]; then
   # CPython 3.12 manylinux wheels of what a torch-only GPU image lacks, without dependencies
@@ -176,7 +226,10 @@ EOF
 fi
 
 GPUS="$(gpu_count)"
-if [ "$dry_run" = 1 ]; then
+if [ "$dry_run" = 1 ] && [ "$window" = 1 ]; then
+  print_window_plan "$GPUS"
+  exit 0
+elif [ "$dry_run" = 1 ]; then
   print_plan "$GPUS"
   exit 0
 fi
@@ -206,7 +259,7 @@ part() {
   rc=$?
   local took=$((SECONDS - t0))
   if [ "$name" = bench ]; then
-    summary="$(grep -E 's/step|tokens/s' "$log" | paste -sd ';' -)"
+    summary="$(grep -E 's/step|tokens/s|memory' "$log" | paste -sd ';' -)"
   else
     summary="$(grep -E '(passed|failed|skipped|error|no tests ran|tests collected)' "$log" \
       | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')"
@@ -292,6 +345,58 @@ fi
 if ! command -v bwrap >/dev/null 2>&1; then
   export RFT_SANDBOX_ISOLATION=none
   notes+=("bubblewrap is not installed: reward code ran with RFT_SANDBOX_ISOLATION=none")
+fi
+
+# The window: what fits one lent 15-minute session, vLLM included.
+if [ "$window" = 1 ]; then
+  BUDGET_S="$WINDOW_BUDGET_S"
+  print_window_plan "$GPUS"
+  write_report "in progress: the window started"
+  PY="${RFT_GPU_PYTHON:-python3}"
+  if [ -n "$unpack_from" ]; then
+    part unpack "$UNPACK_CAP_S" bash -c "$(declare -f unpack_parts); unpack_parts \"\$1\" \"\$2\"" \
+      unpack "$unpack_from" "$UNPACK_DEST"
+    # shellcheck disable=SC1091 # written by unpack_parts
+    [ -f "$UNPACK_DEST/rft-env.sh" ] && . "$UNPACK_DEST/rft-env.sh"
+    notes+=("vLLM from the parts: $UNPACK_DEST/vsite; the overlay: $UNPACK_DEST/ovl")
+  fi
+  export PYTHONPATH="$PWD:$PWD/sdk/src${PYTHONPATH:+:$PYTHONPATH}"
+  export VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
+  mapfile -t engine_modules < <(parts_section modules)
+  part probe "$PROBE_CAP_S" "$PY" -c "
+import importlib, subprocess, sys, torch
+from workers.training.cuda import probe_cuda
+print(subprocess.run(['nvidia-smi'], capture_output=True, text=True).stdout)
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| devices', torch.cuda.device_count())
+print('capability', torch.cuda.get_device_capability(0), '| bf16', torch.cuda.is_bf16_supported())
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    x = torch.ones(64, 64, device='cuda', dtype=dtype)
+    print('matmul', dtype, 'ok' if float((x @ x)[0, 0]) == 64 else 'WRONG')
+probe = probe_cuda()
+print('worker probe:', probe, '|', probe.problem() or 'ok')
+assert probe.usable_gpus > 0 and probe.problem() is None, 'the worker would not use this GPU'
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    print('imported', name)
+import vllm
+print('vllm', vllm.__version__)" "${engine_modules[@]}"
+  for test in vllm-job vllm-sleep; do
+    node="$VLLM_JOB_TEST" cap="$VLLM_JOB_CAP_S"
+    [ "$test" = vllm-sleep ] && node="$VLLM_SLEEP_TEST" cap="$VLLM_SLEEP_CAP_S"
+    part "$test" "$cap" env RFT_REQUIRE_VLLM=1 RFT_REQUIRE_GPUS="$GPUS" "$PY" -m pytest -q -rs \
+      -p no:cacheprovider "$node"
+  done
+  # shellcheck disable=SC2086 # WINDOW_BENCH_ARGS: several arguments
+  part bench "$BUDGET_S" env PYTHONUNBUFFERED=1 "$PY" bench/bench_gpu_vllm.py $WINDOW_BENCH_ARGS
+  failed=0
+  for row in "${rows[@]}"; do
+    case "$row" in *"| ok"*) ;; *) failed=1 ;; esac
+  done
+  verdict="Every part passed."
+  [ "$failed" = 1 ] && verdict="Some parts did not pass or did not run: see below."
+  write_report "window, CUDA: $GPUS GPU(s). $verdict"
+  echo "$verdict"
+  exit "$failed"
 fi
 
 setup() {

@@ -128,7 +128,7 @@ def gpu_run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str
         stub.chmod(0o755)
     record = tmp_path / "commands.jsonl"
     result = subprocess.run(
-        ["bash", str(SCRIPT)],
+        ["bash", str(SCRIPT), *env.pop("GPU_RUN_ARGS", "").split()],
         capture_output=True,
         text=True,
         timeout=120,
@@ -196,3 +196,157 @@ def test_the_overlay_brings_what_qlora_needs() -> None:
     (qlora,) = extras["qlora"]
     assert qlora.startswith("bitsandbytes")
     assert [r for r in requirements if r.startswith("bitsandbytes==")]
+
+
+# -- one 15-minute window with vLLM in it ----------------------------------------------------
+# scripts/gpu_parts.sh packs vLLM, the overlay and the project into parts; the check's window
+# unpacks them with the same function the parts' unpack.sh holds, then runs its capped parts.
+
+PARTS = ROOT / "scripts" / "gpu_parts.sh"
+
+
+def parts_section(name: str) -> list[str]:
+    """One section of scripts/gpu_vllm_parts.txt, read as the scripts read it."""
+    result = subprocess.run(
+        ["bash", "-c", f'. "{PARTS}" && parts_section "$1"', "parts_section", name],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return result.stdout.splitlines()
+
+
+def test_the_part_list_names_vllm_0_26_its_wheels_trims_and_engine_modules() -> None:
+    # The release pinning the GPU image's torch 2.11.0, inside the `vllm` extra's range.
+    assert parts_section("vllm") == ["vllm==0.26.0"]
+    (allowed,) = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["vllm"]
+    low, high = re.findall(r"[\d.]+", allowed)
+    as_tuple = lambda v: tuple(int(part) for part in v.split("."))  # noqa: E731
+    assert as_tuple(low) <= (0, 26, 0) < as_tuple(high)
+    wheels = parts_section("wheels")
+    assert {"msgspec", "pyzmq", "cbor2", "openai>=2,<3", "compressed-tensors==0.17.0"} <= set(
+        wheels
+    )
+    assert not [w for w in wheels if w.split("=")[0].split(">")[0] in {"torch", "vllm"}]
+    assert "vllm_flash_attn/_vllm_fa2_C.abi3.so" in parts_section("trim")
+    modules = parts_section("modules")
+    assert "vllm.v1.engine.core" in modules and "trl.generation.vllm_generation" in modules
+    assert all(re.fullmatch(r"[a-z_][a-z0-9_.]*", module) for module in modules)
+
+
+def test_the_window_plan_fits_ten_minutes_with_every_part_capped(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--window", "--dry-run", "--unpack-parts", "/parts"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OUT": str(tmp_path)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == []
+    lines = result.stdout.splitlines()
+    budget = int(re.findall(r"budget (\d+) s", lines[0])[0])
+    assert budget < 600
+    steps = [line for line in lines if re.match(r"\d\. ", line)]
+    assert [step.split(" [")[0] for step in steps] == [
+        "1. unpack",
+        "2. probe",
+        "3. vllm-job",
+        "4. vllm-sleep",
+        "5. bench",
+    ]
+    caps = [int(cap) for cap in re.findall(r"\[cap (\d+) s\]", "\n".join(steps))]
+    assert len(caps) == 4 and sum(caps) + 60 <= budget  # the bench gets at least a minute
+    # The two tests named there exist.
+    for step in steps[2:4]:
+        node = step.split("pytest ")[1]
+        path, name = node.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text()
+
+
+def tiny_wheel(folder: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(folder / "tinyovl-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("tinyovl/__init__.py", "")
+        info = "tinyovl-1.0.dist-info"
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinyovl\nVersion: 1.0\n")
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        wheel.writestr(f"{info}/RECORD", "")
+
+
+def fake_parts(tmp_path: Path) -> Path:
+    """Parts laid out as pack_parts lays them: payload/{project.tar.gz,vsite.tar.xz,ovl/}."""
+    import tarfile
+
+    payload, vsite = tmp_path / "build" / "payload", tmp_path / "build" / "vsite"
+    (payload / "ovl").mkdir(parents=True)
+    (vsite / "vllm").mkdir(parents=True)
+    (vsite / "vllm" / "__init__.py").write_text("__version__ = '0.26.0'\n")
+    tiny_wheel(payload / "ovl")
+    with tarfile.open(payload / "vsite.tar.xz", "w:xz") as tar:
+        tar.add(vsite, arcname=".")
+    with tarfile.open(payload / "project.tar.gz", "w:gz") as tar:
+        tar.add(ROOT / "pyproject.toml", arcname="pyproject.toml")
+    with tarfile.open(tmp_path / "bundle.tar", "w") as tar:
+        tar.add(payload, arcname="payload")
+    bundle, parts = (tmp_path / "bundle.tar").read_bytes(), tmp_path / "parts"
+    parts.mkdir()
+    half = len(bundle) // 2
+    (parts / "part-00").write_bytes(bundle[:half])
+    (parts / "part-01").write_bytes(bundle[half:])
+    return parts
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts
+    )
+
+
+def test_a_window_unpacks_the_parts_as_their_unpack_script_does_then_runs_its_parts(
+    tmp_path: Path,
+) -> None:
+    parts = fake_parts(tmp_path)
+    dest = tmp_path / "dest"
+    result, commands = gpu_run(
+        tmp_path / "run",
+        RFT_GPU_PYTHON=str(tmp_path / "run" / "venv" / "bin" / "python"),
+        RFT_GPU_UNPACK_DEST=str(dest),
+        GPU_RUN_ARGS=f"--unpack-parts {parts}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (dest / "rft" / "pyproject.toml").is_file()
+    assert (dest / "vsite" / "vllm" / "__init__.py").is_file()
+    assert (dest / "ovl" / "tinyovl" / "__init__.py").is_file()
+    assert f'export PYTHONPATH="{dest}/vsite:{dest}/ovl:' in (dest / "rft-env.sh").read_text()
+    # The parts' own unpack.sh (for a machine without the project) gives the same tree.
+    script, again = tmp_path / "unpack.sh", tmp_path / "again"
+    subprocess.run(
+        ["bash", "-c", f'. "{PARTS}" && write_unpack_script "$1"', "w", str(script)],
+        cwd=ROOT,
+        check=True,
+        timeout=30,
+    )
+    subprocess.run(["bash", str(script), str(parts), str(again)], check=True, timeout=120)
+    assert tree(again) == tree(dest) != []
+    # Then each part, in order: the probe imports the part list's engine modules.
+    probe, job, sleep, bench = commands
+    assert probe["argv"][0] == "-c" and probe["argv"][2:] == parts_section("modules")
+    assert job["argv"][-1].endswith("::test_a_job_trains_end_to_end_with_vllm_generating")
+    assert sleep["argv"][-1].startswith("tests/vllm_generation/test_vllm_engine_reuse.py::")
+    for test in (job, sleep):
+        assert test["env"] == {"RFT_REQUIRE_GPUS": "1", "RFT_REQUIRE_VLLM": "1"}
+    assert bench["argv"][:2] == ["bench/bench_gpu_vllm.py", "--steps"]
+    report = (tmp_path / "run" / "out" / "gpu-report.md").read_text()
+    for name in ("unpack", "probe", "vllm-job", "vllm-sleep", "bench"):
+        assert f"| {name} | ok" in report
+    assert "window, CUDA: 1 GPU(s). Every part passed." in report
