@@ -586,7 +586,7 @@ def test_no_endpoint_takes_a_world_size_for_an_existing_job(
     ranks_stack: LocalStack, ranks_client: httpx.Client
 ) -> None:
     """num_devices, num_nodes and engine are set when a job is created and never after: the
-    only request bodies that name them are the creation's."""
+    only request bodies that name them are the creation's (and its estimate's)."""
     document = ranks_client.get("/openapi.json").json()
     schemas = document["components"]["schemas"]
 
@@ -610,4 +610,5 @@ def test_no_endpoint_takes_a_world_size_for_an_existing_job(
             for media in body.values():
                 if fields(media.get("schema", {})) & sizing:
                     taking.add((method.upper(), path))
-    assert taking == {("POST", "/v1/jobs")}
+    # Creation, and its dry run for the expected cost (which creates nothing).
+    assert taking == {("POST", "/v1/jobs"), ("POST", "/v1/jobs/estimate")}

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 # The 2-device stack of test_multi_rank (module-scoped: this module starts its own) and its client.
 ranks_stack = test_multi_rank.ranks_stack
+ranks_key = test_multi_rank.ranks_key
 ranks_client = test_multi_rank.ranks_client
 
 TRAIN_STEPS = 3
