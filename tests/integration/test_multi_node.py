@@ -11,6 +11,7 @@ training (tests/recording/test_placement.py).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -121,6 +122,7 @@ def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completio
     reaches both nodes' ranks at one step boundary, pause lets both nodes go, resume places it
     on two again; every completion of every step is recorded once, by node 0."""
     train_steps = 10
+    log_starts = {path.name: path.stat().st_size for path in nodes_stack.log_dir.glob("worker*.log")}
     job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
     wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
     updated = nodes_client.put(
@@ -173,14 +175,21 @@ def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completio
         logs = nodes_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()
         output = logs["data"][0]["output"]
         assert "[rank 0]" in output and "[rank 1]" in output
-    # Rank 0 ran under one worker, rank 1 under the other (each worker's log says so).
-    worker_logs = {
-        path.name: path.read_text(errors="replace")
+    # Each placement ran one rank under each worker (each worker's log says so, from where it
+    # stood before this job). Which worker holds rank 0 may differ between the start and the
+    # resume: the placement takes whichever worker answers first.
+    job_logs = {
+        path.name: path.read_bytes()[log_starts.get(path.name, 0) :].decode(errors="replace")
         for path in nodes_stack.log_dir.glob("worker*.log")
     }
-    rank_0 = [name for name, log in worker_logs.items() if "rank 0 of 2" in log]
-    rank_1 = [name for name, log in worker_logs.items() if "rank 1 of 2" in log]
-    assert len(rank_0) == len(rank_1) == 1 and rank_0 != rank_1
+    ranks_per_log = {
+        name: sorted(int(rank) for rank in re.findall(r"rank (\d) of 2", log))
+        for name, log in job_logs.items()
+    }
+    assert sorted(len(ranks) for ranks in ranks_per_log.values()) == [len(placed), len(placed)], (
+        ranks_per_log
+    )
+    assert sorted(rank for ranks in ranks_per_log.values() for rank in ranks) == [0, 0, 1, 1]
     wait_gone(every_training_process(nodes_stack))
 
 
