@@ -21,7 +21,7 @@ from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
 from service.http_tools.schemas import HttpToolCreate
-from service.http_tools.service import http_declaration
+from service.http_tools.service import http_declaration, seal_header_values
 from service.inference.service import fine_tuned_model_name
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
@@ -52,6 +52,7 @@ from service.openai_compat.graders.compile import (
     reward_functions,
     reward_name,
     uses_judge,
+    with_sealed_headers,
 )
 from service.openai_compat.graders.schemas import Grader
 from service.settings import get_settings
@@ -188,15 +189,25 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
             "{'type': 'supervised', 'supervised': {'hyperparameters': ...}}",
             param="method",
         )
-    grader = method.reinforcement.grader
+    report_to, secrets = integrations(request.integrations)
+    # OpenAI's API has no job secrets: a token in an endpoint's headers is sealed as one.
+    grader = with_sealed_headers(method.reinforcement.grader, secrets)
+    tools = [
+        HttpToolCreate.model_validate(
+            {
+                **tool.model_dump(),
+                "headers": seal_header_values(tool.headers, f"tool {tool.name}", secrets),
+            }
+        )
+        for tool in method.reinforcement.tools or []
+    ]
     settings = get_settings()
-    endpoint_hosts = check_grader(grader, settings)
+    endpoint_hosts = check_grader(grader, settings, secrets)
     training = training_files(session, tenant_id, request)
     theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
     hyperparameters = our_hyperparameters(
         theirs, model=request.model, seed=request.seed, rows=training.row_count
     )
-    report_to, secrets = integrations(request.integrations)
     if report_to:
         hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
     if method.reinforcement.tools and theirs.max_turns is not None:
@@ -208,10 +219,7 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
         hyperparameters=hyperparameters,
         name=request.suffix,
         reward_functions=reward_functions(grader),
-        tools=[
-            HttpToolCreate.model_validate(tool.model_dump())
-            for tool in method.reinforcement.tools or []
-        ],
+        tools=tools,
         allow_network=judged,
         secrets={**secrets, **(judge_environment(settings) if judged else {})},
         validation_dataset_id=request.validation_file,
