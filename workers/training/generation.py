@@ -169,11 +169,36 @@ def release_vllm(trainer: Any) -> None:
 
 
 def shut_down_engine(llm: Any) -> None:
-    """Shut a colocated ``LLM`` down: unfreezes the collector, destroys vLLM's process groups
-    (under external_launcher the default group too: the trainer's own; call this after the
-    last collective), empties device caches."""
+    """Shut a colocated ``LLM`` down: vLLM's shutdown destroys its process groups (under
+    external_launcher the default group too: the trainer's own; call this after the last
+    collective); then its CUDA-graph pool is forgotten and device caches emptied."""
     llm.llm_engine.engine_core.shutdown()
     gc.collect()
+    forget_graph_pool()
+
+
+def forget_graph_pool() -> None:
+    """Let the next engine of this process capture its CUDA graphs into a pool of its own.
+
+    vLLM keeps one CUDA-graph memory pool per process, on the platform class
+    (``Platform._global_graph_pool``), made when the first engine captures. An engine's
+    shutdown frees its graphs but leaves the handle: the pool then has no user left
+    (use_count 0), and the next engine's capture reopens it, which PyTorch's allocator refuses
+    (``it->second->use_count > 0 INTERNAL ASSERT FAILED``: seen on an H200, a sleep-mode engine
+    started in a process whose earlier engine had been shut down; vLLM's own profiling
+    swaps in a throwaway pool for the same reason). Without CUDA graphs (CPU) there is none.
+    """
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # no vLLM: no engine ever ran here
+        return
+    platform = type(current_platform)
+    if getattr(platform, "_global_graph_pool", None) is not None:
+        platform._global_graph_pool = None
+    import torch
+
+    if torch.cuda.is_initialized():  # the freed graphs' blocks go back to the device
+        torch.cuda.empty_cache()
 
 
 def vllm_unusable_reason(device: Device) -> str | None:
