@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up and runs every check: ruff, mypy and the whole pytest suite (real Postgres, Redis,
+# Sets up and runs every check: ruff, mypy, the docs site build and the whole pytest suite (real Postgres, Redis,
 # Celery worker and TRL training on the tiny model), and beside it the vLLM generation tests in
 # their own environment (.venv-vllm, vLLM's CPU build; RFT_TEST_VLLM=0 leaves them out).
 set -euo pipefail
@@ -37,6 +37,8 @@ fi
 ruff check .
 ruff format --check .
 mypy
+# The docs site (mkdocs.yml): a broken link, anchor or included file fails the build.
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict
 main_status=0
 python -m pytest "$@" || main_status=$?
 # The vLLM tests skipped above (no vllm in .venv) ran in the stage beside it, where vLLM

@@ -1,7 +1,8 @@
-"""Every reward-function form the README and docs/agents.md show passes the pre-flight, called
-as training calls it: at job creation (jobs with and without tools), at config updates, and
-in ``POST /v1/reward-functions/test``. A function that is really broken is still refused,
-naming the problem, and error details show the user's lines only, never the sandbox's files.
+"""Every reward-function form the docs show (docs/guides/reward-functions.md, judges.md,
+agent-jobs.md, docs/agents.md) passes the pre-flight, called as training calls it: at job
+creation (jobs with and without tools), at config updates, and in
+``POST /v1/reward-functions/test``. A function that is really broken is still refused, naming
+the problem, and error details show the user's lines only, never the sandbox's files.
 """
 
 from __future__ import annotations
@@ -25,26 +26,27 @@ ADD = '''def add(a: int, b: int) -> int:
     return a + b
 '''
 
-# name -> source, as the README and docs/agents.md write them.
+# name -> source, as the docs write them.
 FORMS = {
-    # README "Reward functions": the per-sample (Predibase) form.
+    # docs/guides/reward-functions.md: the per-sample (Predibase) form.
     "per_sample": (
         "def per_sample(prompt, completion, example) -> float:\n"
         '    return float(example["answer"] in completion)\n'
     ),
-    # README "Reward functions": the batch (TRL) form.
+    # docs/guides/reward-functions.md: the batch (TRL) form.
     "batch": (
         "def batch(prompts, completions, **kwargs) -> list[float]:\n"
         "    return [len(c) / 100 for c in completions]\n"
     ),
-    # README "LLM judges": per-sample functions may be async.
+    # docs/guides/judges.md: per-sample functions may be async.
     "judge": (
         "import asyncio\n\n\n"
         "async def judge(prompt, completion, example):\n"
         "    await asyncio.sleep(0)\n"
         "    return float(len(completion) > 3)\n"
     ),
-    # README "Rewards see the rollout" / docs/agents.md "Rewards": the conversation as messages.
+    # docs/guides/agent-jobs.md "Rewards see the rollout" / docs/agents.md "Rewards": the
+    # conversation as messages.
     "with_messages": (
         "def with_messages(prompt, completion, example, messages):\n"
         '    assert messages[-1]["role"] == "assistant"\n'

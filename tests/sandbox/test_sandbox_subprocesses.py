@@ -2,7 +2,7 @@
 interpreter with the job's packages, inside the same sandbox and limits as the code itself.
 
 Code-execution rewards (run the dataset's tests on the completion with `python -m pytest`)
-depend on it; tests/code_rewards.py holds the one README shows.
+depend on it; tests/code_rewards.py holds the one docs/guides/code-execution.md shows.
 """
 
 from __future__ import annotations
