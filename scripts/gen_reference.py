@@ -20,7 +20,8 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,22 +40,33 @@ class MissingDescription(Exception):
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One table cell: one line, pipes escaped, and `<state_dir>` outside code spans shown as
+    text rather than taken for an HTML tag."""
+    parts = " ".join(text.split()).replace("|", "\\|").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
 
 
 def _type_name(annotation: Any) -> str:
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None)
-    if text is None or text in {"Optional", "Union", "Literal", "list"}:
-        text = repr(annotation)
-    for noise in ("typing.", "pathlib.", "pydantic.types.", "NoneType", "<class '", "'>"):
-        text = text.replace(noise, "None" if noise == "NoneType" else "")
-    return text
+    """`int | None`, `'a' \\| 'b'` for a Literal, `list[str]`: the JSON a field takes."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " | ".join(repr(arg) for arg in args)
+    if origin in (Union, UnionType):
+        return " | ".join(_type_name(arg) for arg in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(map(_type_name, args))}]"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation))
 
 
 def _default(field: FieldInfo) -> str:
-    if field.default is PydanticUndefined:
+    if field.default_factory is not None:
+        value = field.default_factory()  # type: ignore[call-arg]
+    elif field.default is PydanticUndefined:
         return "required"
-    value = field.default
+    else:
+        value = field.default
     if value is None:
         return "unset"
     if isinstance(value, SecretStr):

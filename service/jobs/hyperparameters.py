@@ -265,8 +265,8 @@ class Hyperparameters(BaseModel):
         description="vLLM colocated on a GPU: its share of each GPU's memory (TRL's "
         "vllm_gpu_memory_utilization), for its weights, KV cache and runtime; the trainer "
         "lives in the rest. null: computed at the job's start from the model's config and the "
-        "GPU (what vLLM needs for this job plus half of what is left; README: which models "
-        "fit which GPUs), else the worker's RFT_VLLM_MEMORY_FRACTION (0.3).",
+        "GPU (what vLLM needs for this job plus half of what is left; docs/deploy/"
+        "gpu-sizing.md), else the worker's RFT_VLLM_MEMORY_FRACTION (0.3).",
     )
     vllm_tensor_parallel_size: int = Field(
         1,
@@ -344,8 +344,8 @@ class Hyperparameters(BaseModel):
         max_length=4,
         description="Experiment trackers the worker also reports to (TRL's report_to): "
         "'wandb', 'mlflow', 'tensorboard', 'trackio'. Their settings and credentials are "
-        "read from the worker's environment and the job's secrets (README: experiment "
-        "trackers).",
+        "read from the worker's environment and the job's secrets (docs/deploy/"
+        "monitoring.md).",
     )
 
     batch_size: int | None = Field(

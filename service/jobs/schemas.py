@@ -40,7 +40,7 @@ TINY_MODEL_NAME = "rft-tiny"
 
 MAX_DEVICES_PER_JOB = 64
 MAX_NODES_PER_JOB = 64
-# How a job's ranks share the training (README, "One job on several processes").
+# How a job's ranks share the training (docs/internals/processes.md).
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
 # Engines that run only on CUDA GPUs (FSDP on CPU silently trains as plain DDP).

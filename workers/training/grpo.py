@@ -324,7 +324,7 @@ def _grpo_config(
         save_total_limit=spec.keep_checkpoints,
         # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
         save_only_model=False,
-        # Trackers read their settings from the environment (README: experiment trackers);
+        # Trackers read their settings from the environment (docs/deploy/monitoring.md);
         # TensorBoard writes under output_dir/runs.
         report_to=list(hp.report_to) or "none",
         run_name=Path(spec.output_dir).name,  # the job id: the run's name in trackers
