@@ -8,6 +8,7 @@ the problem, and error details show the user's lines only, never the sandbox's f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -163,6 +164,29 @@ def test_every_documented_form_scores_in_the_test_endpoint(
         for name, result in response.json()["results"].items():
             assert result["errors"] == [], (name, result["errors"])
             assert None not in result["scores"], (name, result)
+
+
+def test_the_gsm8k_tutorials_reward_module_scores_in_the_test_endpoint(
+    client: httpx.Client,
+) -> None:
+    # docs/get-started/gsm8k.md sends examples/gsm8k/rewards.py whole as a reward module.
+    source = (Path(__file__).resolve().parents[2] / "examples/gsm8k/rewards.py").read_text()
+    names = ["correctness_reward_func", "int_reward_func", "strict_format_reward_func"]
+    functions = {name: {"weight": 1.0} for name in names}
+    good = "<reasoning>\n6 * 12 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"
+    samples = [
+        {"prompt": "How many?", "completion": completion, "example": {"answer": "72"}}
+        for completion in (good, "The answer is 72.")
+    ]
+    response = client.post(
+        "/v1/reward-functions/test",
+        json={"reward_module": {"source": source, "functions": functions}, "samples": samples},
+    )
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    for name in names:
+        assert results[name]["errors"] == [], (name, results[name]["errors"])
+        assert results[name]["scores"] == [1.0, 0.0], (name, results[name])
 
 
 def test_error_details_show_the_users_lines_only(client: httpx.Client, dataset_id: str) -> None:
