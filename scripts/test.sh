@@ -36,7 +36,9 @@ fi
 . .venv/bin/activate
 ruff check .
 ruff format --check .
-mypy
+# mypy's cache lives outside the clone, keyed by mypy's version (workers/compiled_caches.py).
+MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$(python -c \
+  'from workers.compiled_caches import mypy_cache_dir; print(mypy_cache_dir())')}" mypy
 # The docs site (mkdocs.yml): a broken link, anchor or included file fails the build.
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict
 main_status=0
