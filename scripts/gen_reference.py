@@ -4,7 +4,8 @@
 - docs/reference/hyperparameters.md: every job hyperparameter with its default and bounds
   (service.jobs.hyperparameters.Hyperparameters) and the presets;
 - docs/reference/endpoints.md: every operation of the API's OpenAPI document (service.app);
-- docs/reference/errors.md: every error kind the API answers with, and its status.
+- docs/reference/errors.md: every error kind the API answers with, and its status;
+- docs/reference/cli.md: every `rft` command, its arguments and options (sdk's rft.cli.app).
 
     python scripts/gen_reference.py           # rewrite the pages
     python scripts/gen_reference.py --check   # exit 1 when a committed page is stale
@@ -233,11 +234,61 @@ def errors_page() -> str:
     )
 
 
+def cli_page() -> str:
+    import typer.main
+
+    from rft.cli.app import app
+
+    # typer carries a click of its own (typer._click): its classes, read by duck type.
+    def params(command: Any) -> list[str]:
+        rows = []
+        for param in command.params:
+            if getattr(param, "hidden", False) or param.name in (
+                "help",
+                "install_completion",
+                "show_completion",
+            ):
+                continue
+            if param.param_type_name == "option":
+                names = ", ".join(f"`{name}`" for name in [*param.opts, *param.secondary_opts])
+                default = param.default
+                shown = "" if default in (None, False, ()) or callable(default) else f"{default}"
+                help_text = _cell(param.help or "")
+                rows.append(f"| {names} | option | {_cell(shown)} | {help_text} |")
+            else:
+                required = "required" if param.required else "optional"
+                rows.append(f"| `{(param.name or '').upper()}` | argument, {required} | | |")
+        return rows
+
+    sections: list[str] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        if hasattr(command, "commands"):
+            for name in sorted(command.commands):
+                walk(command.commands[name], [*path, name])
+            return
+        usage = " ".join(["rft", *path])
+        section = [f"## `{usage}`\n", _cell(inspect.cleandoc(command.help or "")) + "\n"]
+        rows = params(command)
+        if rows:
+            section.append("| name | kind | default | meaning |\n| --- | --- | --- | --- |")
+            section.extend(rows)
+        sections.append("\n".join(section) + "\n")
+
+    walk(typer.main.get_command(app), [])
+    return (
+        HEADER.format(source="the typer app rft.cli.app (sdk/)") + "# Command line: `rft`\n\n"
+        "Installed with the SDK's `cli` extra (`pip install './sdk[cli]'`); reads `RFT_API_KEY` "
+        "and `RFT_BASE_URL`. `rft COMMAND --help` prints the same.\n\n" + "\n".join(sections)
+    )
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "environment.md": environment_page,
     "hyperparameters.md": hyperparameters_page,
     "endpoints.md": endpoints_page,
     "errors.md": errors_page,
+    "cli.md": cli_page,
 }
 
 
