@@ -154,6 +154,7 @@ class Run:
     recorded_duration_s: list[float] = field(default_factory=list)  # service: duration_s
     phases: list[dict[str, float]] = field(default_factory=list)  # per step (step 2 on)
     dtypes: dict[str, str] = field(default_factory=dict)
+    events: dict[str, list[float]] = field(default_factory=dict)  # recording: [seconds, calls]
     end_to_end_s: float = 0.0
     train_s: float = 0.0  # first step begins -> last step ends
     reads_s: float = 0.0  # per step, in should_stop + poll_reward_config (in-process runs)
@@ -348,7 +349,7 @@ def run_bare(steps: int, work: Path, setup: Setup, *, summed: bool = False) -> R
 
         release_vllm(trainer)  # as the worker does after a job: the next run starts its own
     timed, run.dtypes = TIMED_TRAINS[-1]
-    run.phases = timed.steps
+    run.phases, run.events = timed.steps, timed.events
     run.end_to_end_s = time.perf_counter() - started
     run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
     assert clock.first_begin is not None
@@ -512,7 +513,7 @@ def run_service(http: httpx.Client, steps: int, setup: Setup, phases_dir: Path) 
     timed = read_phases(phases_dir, since_ns)
     if len(timed) != 1:
         raise RuntimeError(f"expected one phase file from the rank process, found {len(timed)}")
-    run.phases, run.dtypes = timed[0]["steps"], timed[0]["dtypes"]
+    run.phases, run.dtypes, run.events = timed[0]["steps"], timed[0]["dtypes"], timed[0]["events"]
     return run
 
 
@@ -561,6 +562,13 @@ def summarize(runs: list[Run]) -> None:
             bare_dtypes=bare[0].dtypes,
         )
     )
+    print("recording by callback event, ms per timed step (service | bare):")
+    for event in sorted({event for run in runs for event in run.events}):
+        cells = []
+        for group in (service, bare):
+            seconds = sum(run.events.get(event, [0.0, 0])[0] for run in group)
+            cells.append(f"{seconds * 1000 / sum(len(run.phases) for run in group):.2f}")
+        print(f"  {event:<16} {cells[0]:>8} | {cells[1]}")
 
 
 def breakdown(parts: list[Run], bare: list[float], service: list[float]) -> None:

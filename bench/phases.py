@@ -59,6 +59,8 @@ class PhaseClock:
         self._current: dict[str, float] = {}
         self._marks: list[float] = []
         self.steps: list[dict[str, float]] = []  # phases of each step between two marks
+        # The recording phase by callback event: seconds over the timed steps, and calls.
+        self.events: dict[str, list[float]] = {}
 
     def timed(
         self, phase: str | Callable[[], str], function: Callable[..., Any]
@@ -80,6 +82,14 @@ class PhaseClock:
                     self._children[-1] += elapsed
 
         return wrapper
+
+    def now(self) -> float:
+        return self._clock()
+
+    @property
+    def steps_begun(self) -> bool:
+        """Whether a step has ended: what is timed from then on belongs to a timed step."""
+        return bool(self._marks)
 
     def mark_step(self) -> None:
         """A step ends here: what was timed since the previous mark is that step's."""
@@ -118,7 +128,13 @@ def instrument(trainer: Any, clock: PhaseClock) -> None:
     def timed_event(event: str, *args: Any, **kwargs: Any) -> Any:
         if event == "on_step_end":
             clock.mark_step()
-        return call_event(event, *args, **kwargs)
+        started = clock.now()
+        try:
+            return call_event(event, *args, **kwargs)
+        finally:
+            if clock.steps_begun:  # from the end of the first step on, as the steps
+                seconds, calls = clock.events.get(event, [0.0, 0])
+                clock.events[event] = [seconds + clock.now() - started, calls + 1]
 
     handler.call_event = timed_event
 
@@ -183,7 +199,8 @@ def write_phases(folder: Path) -> Callable[[PhaseClock, Any], None]:
     def on_done(clock: PhaseClock, trainer: Any) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns()}-{os.getpid()}.json"
-        (folder / name).write_text(json.dumps({"steps": clock.steps, "dtypes": dtypes(trainer)}))
+        found = {"steps": clock.steps, "dtypes": dtypes(trainer), "events": clock.events}
+        (folder / name).write_text(json.dumps(found))
 
     return on_done
 
