@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
     from workers.job_sandbox import JobAgentSandbox, JobSandbox
     from workers.training.ranks import RankGroup
-    from workers.training.spec import TrainingSpec
+    from workers.training.spec import TrainingOutcome, TrainingSpec
     from workers.training.step_records import RewardConfig, StepRecord
 
 JOB_FILE = "job.pickle"
@@ -100,6 +100,12 @@ class RankObserver:
     Rank 0 forwards each call to the worker's observer and waits for its answer; decisions
     (a reward config, a stop) then reach every rank through a broadcast at the same step
     boundary. Records, checkpoints and rejections are sent by rank 0 only.
+
+    A step's record (``on_step``, answered with None) is not waited for: the worker answers
+    calls in order, so the next question (``should_stop``, asked right after it) reads both
+    answers, and its answer still follows the record (a guard's pause applies at that step).
+    One round trip per step less for the training thread; a worker that failed on the record
+    closes the connection, which the next call meets as before.
     """
 
     def __init__(
@@ -111,6 +117,7 @@ class RankObserver:
         self.worker = worker
         self.sandbox = sandbox
         self.agent_sandbox = agent_sandbox
+        self._unread_answers = 0  # sent with _tell, answered (None) but not yet read
 
     @functools.cached_property
     def ranks(self) -> RankGroup:
@@ -122,7 +129,20 @@ class RankObserver:
     def _ask(self, method: str, *args: Any) -> Any:
         assert self.worker is not None, "only rank 0 talks to the worker"
         self.worker.send((method, args))
+        while self._unread_answers:
+            self.worker.recv()
+            self._unread_answers -= 1
         return self.worker.recv()
+
+    def _tell(self, method: str, *args: Any) -> None:
+        """A call whose answer is None: sent now, its answer read by the next ``_ask``."""
+        assert self.worker is not None, "only rank 0 talks to the worker"
+        self.worker.send((method, args))
+        self._unread_answers += 1
+
+    def finish(self, outcome: TrainingOutcome, keeps_engine: bool) -> None:
+        """Rank 0's last call: the run's outcome, and whether this process kept its engine."""
+        self._ask("finished", outcome, keeps_engine)
 
     def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
         config: RewardConfig | None = self.ranks.from_main(
@@ -142,7 +162,7 @@ class RankObserver:
 
     def on_step(self, record: StepRecord) -> None:
         if self.ranks.is_main:
-            self._ask("on_step", record)
+            self._tell("on_step", record)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         if self.ranks.is_main:
@@ -274,8 +294,7 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
                 agent_sandbox.close()
         if worker is not None:
             # Whether this process kept its vLLM engine and waits for the next job (kept_engine).
-            worker.send(("finished", (outcome, _keeps_engine())))
-            worker.recv()
+            observer.finish(outcome, _keeps_engine())
         return 0
     except BaseException as exc:
         logger.exception("rank %d failed", rank)
