@@ -122,7 +122,9 @@ def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completio
     reaches both nodes' ranks at one step boundary, pause lets both nodes go, resume places it
     on two again; every completion of every step is recorded once, by node 0."""
     train_steps = 10
-    log_starts = {path.name: path.stat().st_size for path in nodes_stack.log_dir.glob("worker*.log")}
+    log_starts = {
+        path.name: path.stat().st_size for path in nodes_stack.log_dir.glob("worker*.log")
+    }
     job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
     wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
     updated = nodes_client.put(
