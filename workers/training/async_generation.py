@@ -157,6 +157,12 @@ def _engine_main(conn: Connection, settings: EngineSettings) -> None:  # pragma:
         # One process is enough: the engine's core runs here, not in a further subprocess.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if settings.on_cpu:
+            # The engine shares the CPU with the trainer at the same time (that is the point):
+            # one thread, unpinned, instead of vLLM's default of binding threads to every core,
+            # where both processes' threads would fight for the same cores.
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            os.environ["OMP_NUM_THREADS"] = "1"
+            torch.set_num_threads(1)
             from workers.training.vllm_cpu import keep_plain_linear_weights
 
             keep_plain_linear_weights()  # so that load_weights can write into the layers
