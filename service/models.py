@@ -273,6 +273,10 @@ class Step(Base):
     # mean_token_accuracy, entropy, num_tokens; eval_loss and eval_mean_token_accuracy at
     # evaluated steps). Null for GRPO steps.
     metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # Jobs with hyperparameters.async_generation: the rollouts' policy versions and staleness,
+    # the config versions they were sampled under, the importance-sampling ratios
+    # (workers.training.async_generation.StepStaleness). Null for other jobs.
+    async_generation: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -100,6 +100,29 @@ SFT_FIELDS = frozenset(
 SFT_ONLY_FIELDS = frozenset(SFT_DEFAULTS)
 
 
+# Rollouts may be this many optimizer steps older than the policy that trains on them; past a
+# few steps the importance-sampling ratios drift far from 1 and most tokens get clipped
+# (docs/async-generation.md).
+MAX_STALENESS = 4
+
+
+class AsyncGeneration(BaseModel):
+    """Generation overlapping training: step t+1's rollouts are sampled (by a vLLM engine in
+    a process of its own) while step t trains, so they come from a policy up to
+    ``max_staleness`` optimizer steps old; the loss corrects for it by importance sampling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        le=MAX_STALENESS,
+        description="Most optimizer steps between the policy that sampled a rollout and the "
+        "one that trains on it (1: one step off-policy, the usual async GRPO setting). Also "
+        "how many steps' rollouts are generated ahead.",
+    )
+
+
 class Hyperparameters(BaseModel):
     # NaN and Infinity pass `ge` bounds (beta = Infinity did) and cannot be stored as JSON.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -291,6 +314,15 @@ class Hyperparameters(BaseModel):
         "once (TRL's vllm_max_model_length). null: the worker's RFT_VLLM_MAX_MODEL_LENGTH, "
         "else max_prompt_length + max_completion_length when prompts are capped, else the "
         "model's whole context.",
+    )
+    async_generation: AsyncGeneration | None = Field(
+        None,
+        description="Opt-in: generate the next steps' rollouts while the current step trains, "
+        'e.g. {"max_staleness": 1}. Needs workers that generate with vLLM; single-device, '
+        "single-answer GRPO jobs only (no tools or environments, no reproducible_sampling, "
+        "no vllm_sleep_mode or vllm_tensor_parallel_size > 1). Each step records the "
+        "staleness of its rollouts and the importance-sampling ratios "
+        "(docs/async-generation.md). null: generation and training alternate.",
     )
     max_turns: int = Field(
         8,

@@ -28,6 +28,7 @@ from service.events.repository import EventRepository
 from service.http_tools.service import tool_sources
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
+from service.jobs.async_generation import check_async_generation
 from service.jobs.device_options import check_cuda_only_options
 from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
@@ -86,6 +87,7 @@ def create_job(
     payload, starting_weights = resolve_init_from(session, tenant_id, payload, store)
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     check_datasets_fit_method(session, tenant_id, payload, dataset)  # before reward code reads it
+    check_async_generation(payload, get_settings())  # 400: async generation where it cannot run
     forms = check_reward_functions(payload.reward_functions)
     model_warnings = check_reward_models(payload.reward_functions)
     tool_code, tool_hosts = tool_sources(payload.tools, payload.secrets, get_settings())

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "workers.job_sandbox",
             "workers.training.agents",
+            "workers.training.async_generation",
             "workers.training.cuda",
             "workers.training.engines",
             "workers.training.evaluation",

@@ -149,6 +149,11 @@ def release_vllm(trainer: Any) -> None:
     vllm_generation = getattr(trainer, "vllm_generation", None)
     if vllm_generation is None:
         return
+    own_process = getattr(vllm_generation, "close", None)
+    if own_process is not None:
+        # Async generation's engine (workers.training.async_generation): a process to stop.
+        own_process()
+        return
     try:
         llm = getattr(vllm_generation, "llm", None)
         if llm is not None:

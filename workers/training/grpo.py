@@ -27,6 +27,12 @@ from service.artifacts.storage import OPTIMIZER_FILE
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training import kept_engine, model_options
 from workers.training.agents import AgentSession
+from workers.training.async_generation import (
+    AsyncRolloutTrainer,
+    RolloutEngine,
+    async_grpo_arguments,
+    start_rollout_engine,
+)
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
@@ -168,6 +174,16 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = usable_cuda_devices() > 0
     use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
+    if hp.async_generation is not None:
+        # Its own process and engine; it starts while the trainer is built below.
+        engine = start_rollout_engine(spec, model_path)
+        try:
+            return _build_trainer(
+                spec, dispatcher, model_path, use_cuda, use_bf16, rollout_engine=engine
+            )
+        except BaseException:
+            engine.close()
+            raise
     if spec.generation.vllm_on_cpu:
         # Before the trainer starts vLLM: its CPU backend must keep weights TRL can sync.
         from workers.training.vllm_cpu import keep_plain_linear_weights
@@ -176,7 +192,18 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     if spec.generation.uses_vllm and spec.generation.server is None:
         # A colocated engine kept from this process's last job may serve this one.
         kept_engine.install()
+    return _build_trainer(spec, dispatcher, model_path, use_cuda, use_bf16)
 
+
+def _build_trainer(
+    spec: TrainingSpec,
+    dispatcher: RewardDispatcher,
+    model_path: str,
+    use_cuda: bool,
+    use_bf16: bool,
+    rollout_engine: RolloutEngine | None = None,
+) -> RecordingGRPOTrainer:
+    hp = spec.hyperparameters
     tokenizer = _load_tokenizer(model_path)
     use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
     # Before the model, as when TRL loads it itself: the config sets torch.distributed up, so
@@ -186,7 +213,18 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     model, lora = model_options.load_trained_model(
         hp, model_path, args, use_cuda=use_cuda, init_adapter=spec.init_adapter
     )
-    trainer = RecordingGRPOTrainer(
+    trainer_class: type[RecordingGRPOTrainer] = RecordingGRPOTrainer
+    async_options: dict[str, Any] = {}
+    if rollout_engine is not None and hp.async_generation is not None:
+        trainer_class = AsyncRolloutTrainer
+        async_options = {
+            "rollout_engine": rollout_engine,
+            "max_staleness": hp.async_generation.max_staleness,
+            "prompts_per_step": hp.prompts_per_step,
+            # A rollout's sampling config: the live config's version when it was requested.
+            "config_version": lambda: dispatcher.config.version,
+        }
+    trainer = trainer_class(
         model=model,
         reward_funcs=[dispatcher],
         args=args,
@@ -204,6 +242,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         mask_truncated_completions=hp.mask_truncated_completions,
         reproducible_sampling=hp.reproducible_sampling,
         agent_session=dispatcher.agents,
+        **async_options,
     )
     try:
         if spec.init_adapter is not None:
@@ -332,7 +371,11 @@ def _grpo_config(
         log_completions=False,
         dataloader_num_workers=0,
         max_tool_calling_iterations=hp.max_turns,
-        **spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path)),
+        **(
+            async_grpo_arguments()
+            if hp.async_generation is not None
+            else spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path))
+        ),
     )
 
 

@@ -220,6 +220,11 @@ class RecordingGRPOTrainer(GRPOTrainer):
         self.last_advantages = advantages.detach().float().cpu().tolist()
         return output
 
+    def async_generation_record(self, step: int, logs: dict[str, Any]) -> dict[str, Any] | None:
+        """The step's rollout staleness and importance ratios; only async generation
+        (workers.training.async_generation) has any."""
+        return None
+
     def _tokenize_prompts(self, prompts: list[Any]) -> Any:
         # TRL 1.16 dropped max_prompt_length; keep the end of the prompt, where the question is.
         prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)

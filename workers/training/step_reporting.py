@@ -235,6 +235,7 @@ class StepReporter(RunControl):
                 if generation.trajectories is not None
                 else None
             ),
+            async_generation=self._trainer.async_generation_record(step, logs),
         )
 
 

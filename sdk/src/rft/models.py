@@ -152,6 +152,11 @@ class Hyperparameters(BaseModel):
     vllm_max_model_length: int | None = Field(
         None, ge=1, description="vLLM's context in tokens (unset: prompt cap + completion)."
     )
+    async_generation: dict[str, int] | None = Field(
+        None,
+        description="Generate the next steps' rollouts while a step trains, e.g. "
+        '{"max_staleness": 1} (1-4); needs vLLM workers.',
+    )
     reward_error_rate_limit: float | None = Field(
         None,
         ge=0,
@@ -397,6 +402,28 @@ class FunctionStepMetrics(BaseModel):
     error_rate: float
 
 
+class ImportanceSamplingRatios(BaseModel):
+    min: float | None
+    mean: float | None
+    max: float | None
+
+
+class AsyncGenerationStep(BaseModel):
+    """How off-policy a step of a job with ``async_generation`` trained."""
+
+    max_staleness: int
+    # The policy that trained the step (optimizer steps before it) and, per prompt group, the
+    # policy version whose weights sampled the rollouts.
+    policy_version: int
+    rollout_policy_versions: list[int]
+    staleness_max: int
+    staleness_mean: float
+    # Config versions whose temperature/top_p sampled the rollouts; the rewards were scored
+    # under the step's config_version.
+    sampling_config_versions: list[int]
+    importance_sampling_ratio: ImportanceSamplingRatios
+
+
 class Step(BaseModel):
     step: int
     config_version: int
@@ -414,6 +441,8 @@ class Step(BaseModel):
     # Supervised jobs: grad_norm, mean_token_accuracy, entropy, num_tokens, and eval_loss
     # and eval_mean_token_accuracy at evaluated steps; None for GRPO steps.
     metrics: dict[str, float] | None = None
+    # Jobs with async_generation: the rollouts' staleness and importance-sampling ratios.
+    async_generation: AsyncGenerationStep | None = None
     created_at: datetime
 
 

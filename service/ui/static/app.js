@@ -535,7 +535,8 @@ class ChartsPanel {
     const colorOf = colorAssigner();
     if (supervised) setChildren(this.charts, ...supervisedCharts(steps, markers, smoothing));
     else setChildren(this.charts, ...rewardCharts(steps, evals, { markers, smoothing, colorOf }),
-      ...agentCharts(steps, markers, smoothing, colorOf));
+      ...agentCharts(steps, markers, smoothing, colorOf),
+      ...asyncGenerationCharts(steps, markers, colorOf));
 
     // An open list of checkpoints stays open across redraws.
     const open = new Set([...this.feed.querySelectorAll("details[open]")]
@@ -619,6 +620,34 @@ function agentCharts(steps, markers, smoothing, colorOf) {
       fixedRange: [0, 1], smoothing,
       series: [...errorsByTool].sort(([a], [b]) => a.localeCompare(b))
         .map(([name, points]) => ({ label: name, points, color: colorOf(`tool-errors:${name}`) })),
+    }),
+  ];
+}
+
+// Async-generation jobs (steps with async_generation): how many policy versions old each step's
+// rollouts were, against the job's bound, and the importance-sampling ratios that corrected it.
+function asyncGenerationCharts(steps, markers, colorOf) {
+  const asyncSteps = steps.filter((s) => s.async_generation);
+  if (!asyncSteps.length) return [];
+  const ratio = (name) => asyncSteps
+    .filter((s) => s.async_generation.importance_sampling_ratio[name] !== null)
+    .map((s) => ({ x: s.step, y: s.async_generation.importance_sampling_ratio[name] }));
+  return [
+    lineChart({
+      id: "staleness", title: "Rollout staleness (policy versions behind)", yLabel: "versions",
+      markers, smoothing: 0,
+      series: [
+        { label: "staleness", color: colorOf("async:staleness"),
+          points: asyncSteps.map((s) => ({ x: s.step, y: s.async_generation.staleness_max })) },
+        { label: "bound", color: colorOf("async:bound"),
+          points: asyncSteps.map((s) => ({ x: s.step, y: s.async_generation.max_staleness })) },
+      ],
+    }),
+    lineChart({
+      id: "is-ratio", title: "Importance-sampling ratio (min, mean, max)", yLabel: "ratio",
+      markers, smoothing: 0,
+      series: ["min", "mean", "max"].map((name) => (
+        { label: name, color: colorOf(`async:is-${name}`), points: ratio(name) })),
     }),
   ];
 }
