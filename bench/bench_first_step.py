@@ -108,13 +108,13 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
 def in_process_parts() -> dict[str, float]:
     """The worker's start-up pieces, timed one by one in this (import-warm) process."""
     from sandbox.process import ProcessSandbox
+    from service.base_models.built_in.tiny_model import ensure_tiny_model
     from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
     from service.settings import get_settings, sandbox_settings
     from workers.training.grpo import TrainingSpec, build_trainer
     from workers.training.reward_dispatch import RewardDispatcher
     from workers.training.step_records import RewardConfig
-    from workers.training.tiny_model import ensure_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="rft-bench-first-"))
     ensure_tiny_model(work)  # built once per machine in real life: not part of a job

@@ -78,6 +78,8 @@ from trl import GRPOConfig, GRPOTrainer
 from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
 from sandbox.process import ProcessSandbox
 from service.artifacts.storage import artifact_store
+from service.base_models.built_in.model_building import save_qwen2
+from service.base_models.built_in.tiny_model import build_tokenizer, ensure_tiny_model
 from service.demo import (
     DEMO_BASE_MODEL,
     DEMO_HYPERPARAMETERS,
@@ -96,9 +98,7 @@ from workers.identity import WORKER_ID
 from workers.job_watch import JobWatcher
 from workers.training.generation import Generation, choose_generation, transformers_generation
 from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
-from workers.training.model_building import save_qwen2
 from workers.training.step_records import RewardConfig, StepRecord
-from workers.training.tiny_model import build_tokenizer, ensure_tiny_model
 
 BENCH_DIR = Path(__file__).resolve().parent
 

@@ -56,6 +56,7 @@ from transformers import (
 from trl import SFTConfig, SFTTrainer
 
 from service.artifacts.storage import artifact_store
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import get_settings
 from service.stack import LocalStack
@@ -66,7 +67,6 @@ from workers.job_watch import JobWatcher
 from workers.training.sft import run_sft, sft_config
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
-from workers.training.tiny_model import ensure_tiny_model
 
 WORDS = ["apple", "banana", "cat", "dog", "alpha", "beta", "gamma", "data", "model", "token"]
 ROWS = [

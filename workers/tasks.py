@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from workers.celery_app import EXPORT_TASK, EXPORTS_QUEUE, TRAIN_JOB_TASK, celery_app
+from service.work_queue.celery_app import EXPORT_TASK, EXPORTS_QUEUE, TRAIN_JOB_TASK, celery_app
 
 logger = logging.getLogger(__name__)
 _reaper_threads: list[Any] = []
@@ -77,13 +77,13 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
 
 def _advertise_capacity(settings: Any, consumer: Any) -> None:
     """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
+    from service.work_queue.queue import advertise_capacity
     from workers.device_memory import (
         device_kind,
         generates_with_vllm_colocated,
         generation_backend,
         gpu_memory_gib,
     )
-    from workers.queue import advertise_capacity
     from workers.training.cuda import usable_cuda_devices
 
     # CUDA GPUs torch can use (the API refuses fsdp while no worker has them).
@@ -126,7 +126,7 @@ def _advertise_capacity(settings: Any, consumer: Any) -> None:
 def stop_reaper(**_: Any) -> None:
     for thread in _reaper_threads:
         thread.stopped.set()
-    from workers.queue import withdraw_capacity
+    from service.work_queue.queue import withdraw_capacity
 
     for stopped, redis_url, name in _capacity_adverts:
         stopped.set()

@@ -17,9 +17,9 @@ from service.artifacts.storage import artifact_store
 from service.events.repository import EventRepository
 from service.jobs import ownership
 from service.jobs.hyperparameters import Hyperparameters
-from service.jobs.ownership import HeldBy
 from service.jobs.repository import JobRepository
 from service.jobs.step_repository import StepRepository
+from service.leases import HeldBy
 from service.models import Checkpoint
 from service.settings import Settings, get_settings
 from service.usage.throughput import record_run_kind
@@ -236,7 +236,7 @@ def _run_processes(
 
 
 def _check_capacity(num_devices: int, worker_devices: int) -> None:
-    # Queues keep larger jobs away (workers.queue); a message from before jobs had sizes
+    # Queues keep larger jobs away (service.work_queue.queue); a message from before jobs had sizes
     # is the one way here, and a job is never silently shrunk.
     if num_devices > worker_devices:
         raise TrainingProcessError(

@@ -1,8 +1,8 @@
 """At job creation: refuse options that only a CUDA GPU runs (QLoRA's 4-bit base, the 8-bit
 optimizer, flash attention) on a deployment whose running workers have none.
 
-Checked against the workers' adverts (workers.queue): when none is running the job is accepted
-and waits, and a CPU worker that takes it later fails it at its start, naming the option
+Checked against the workers' adverts (service.work_queue.queue): when none is running the job
+is accepted and waits, and a CPU worker that takes it later fails it at its start, naming the option
 (workers.training.model_options) rather than training something else.
 """
 

@@ -20,7 +20,7 @@ from service.jobs.gpu_memory import JobMemory, ModelShape, UnknownModelShape, pl
 from service.jobs.schemas import JobCreate
 from service.reward_functions.schemas import model_entries
 from service.settings import Settings
-from workers.queue import WorkerCapacity, live_workers
+from service.work_queue.queue import WorkerCapacity, live_workers
 
 logger = logging.getLogger(__name__)
 

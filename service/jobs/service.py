@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -36,8 +35,9 @@ from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.schemas import Job as JobOut
-from service.jobs.status import JobStatus, ensure_transition
+from service.jobs.status import JobStatus
 from service.jobs.step_repository import FunctionRecord, StepRepository
+from service.jobs.transitions import transition
 from service.models import (
     Completion,
     Evaluation,
@@ -56,12 +56,11 @@ from service.reward_functions.service import (
     preflight,
 )
 from service.secrets import seal
-from service.server_paths import hide_server_paths
 from service.settings import get_settings
 from service.usage import service as usage
 from service.usage.estimates import cost_estimate
 from service.webhooks import outbox as webhook_outbox
-from workers.queue import enqueue_training, live_workers
+from service.work_queue.queue import enqueue_training, live_workers
 
 logger = logging.getLogger(__name__)
 
@@ -279,32 +278,6 @@ def list_jobs(
     return JobRepository(session).list_jobs(
         tenant_id, limit=limit, after=after, status=status.value if status else None
     )
-
-
-def transition(session: Session, job: Job, target: JobStatus, *, reason: str | None = None) -> Job:
-    """Move a job (already read FOR UPDATE) to ``target``, or raise 409."""
-    current = JobStatus(job.status)
-    ensure_transition(job.id, current, target)
-    now = datetime.now(UTC)
-    # Devices are held from a worker's take until the job leaves running/pausing.
-    if target.has_worker and not current.has_worker:
-        usage.start_holding(session, job, now)
-    elif current.has_worker and not target.has_worker:
-        usage.stop_holding(session, job, now)
-    job.status = target.value
-    if target == JobStatus.RUNNING and job.started_at is None:
-        job.started_at = now
-    if target.is_terminal:
-        job.finished_at = now
-    if reason is not None:
-        # Worker exceptions quote paths freely (a model that failed to load): not for clients.
-        reason = hide_server_paths(reason)
-        job.failure_reason = reason
-    message = f"job {target.value}" + (f": {reason}" if reason else "")
-    EventRepository(session).add_event(job.id, "status", message, data={"status": target.value})
-    webhook_outbox.job_status_changed(session, job, target)
-    JobRepository(session).notify_changed(job.id)
-    return job
 
 
 def _check_devices(payload: JobCreate) -> str | None:

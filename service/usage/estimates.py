@@ -29,8 +29,8 @@ from service.usage.throughput import model_key
 
 
 class AdvertisedWorker(Protocol):
-    """What a running worker's advert says (workers.queue.WorkerCapacity; read for the API
-    by service.jobs.gpu_fit.running_workers)."""
+    """What a running worker's advert says (service.work_queue.queue.WorkerCapacity; read for
+    the API by service.jobs.gpu_fit.running_workers)."""
 
     @property
     def devices(self) -> int: ...

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from service.db import to_sqlalchemy_url
 from service.stack import LocalStack
+from service.work_queue.queue import advertise_capacity, withdraw_capacity
 from tests.tiny import TINY_HYPERPARAMETERS
-from workers.queue import advertise_capacity, withdraw_capacity
 from workers.step_store import record_step
 from workers.training.async_generation import StepRollouts
 from workers.training.step_records import FunctionStepMetrics, StepRecord

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from service.work_queue.queue import live_workers
 from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, wait_for, wait_until
 from tests.integration.test_multi_rank import (
@@ -31,7 +32,6 @@ from tests.integration.test_multi_rank import (
     job_request,
 )
 from tests.processes import rank_pids, training_processes, wait_gone
-from workers.queue import live_workers
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from service.work_queue.queue import live_workers
 from tests.conftest import new_tenant_key, stack_of_its_own, tenant_client
 from tests.integration.helpers import (
     all_pages,
@@ -35,7 +36,6 @@ from tests.integration.helpers import (
 from tests.layers import needs_module
 from tests.processes import rank_pids, training_processes, wait_gone
 from tests.tiny import TINY_HYPERPARAMETERS
-from workers.queue import live_workers
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ import pytest
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation, plan_launch
 from sandbox.process import ProcessSandbox
+from sandbox.runtime_packages import install_runtime_packages
 from sandbox.settings import Isolation, SandboxSettings
 from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG
 from tests.layers import needs_layer
-from workers.runtime_packages import install_runtime_packages
 
 BWRAP = detect_isolation()
 NEEDS_BWRAP = needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")

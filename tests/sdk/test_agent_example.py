@@ -17,8 +17,8 @@ from types import ModuleType
 
 from transformers.utils import get_json_schema
 
+from service.base_models.built_in.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
 from service.stack import LocalStack
-from workers.training.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_lookup.py"
 STEPS = 4

@@ -1,5 +1,5 @@
 """GRPO with tools and environments: TRL's tool-calling loop, the user's code in the real
-sandbox, the tiny tool-calling model (workers.training.tiny_tool_model)."""
+sandbox, the tiny tool-calling model (service.base_models.built_in.tiny_tool_model)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from sandbox.agent_api import AgentLimits, EnvironmentSpec, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
 from sandbox.api import RewardFunctionSpec
 from sandbox.settings import SandboxSettings
-from service.jobs.hyperparameters import Hyperparameters
-from tests.tiny import TINY_HYPERPARAMETERS
-from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
     lookup_dataset,
 )
+from service.jobs.hyperparameters import Hyperparameters
+from tests.tiny import TINY_HYPERPARAMETERS
+from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
+from workers.training.step_records import RewardConfig
 
 from .harness import RecordingObserver, reward_sandbox
 

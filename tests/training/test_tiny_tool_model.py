@@ -20,9 +20,9 @@ from trl.chat_template_utils import (
 
 from sandbox.api import RewardForm
 from sandbox.inspection import find_reward_entry_point
-from workers.training.model_building import directory_digest
-from workers.training.tiny_model import resolve_base_model
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.model_building import directory_digest
+from service.base_models.built_in.tiny_model import resolve_base_model
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,

@@ -1,4 +1,4 @@
-"""What a worker's advert says about its GPUs (workers.device_memory, workers.queue)."""
+"""What a worker's advert says about its GPUs (workers.device_memory, service.work_queue.queue)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import subprocess
 from typing import Any
 
 from service.settings import Settings
+from service.work_queue.queue import WorkerCapacity, _capacity
 from workers import device_memory
 from workers.device_memory import generates_with_vllm_colocated, smallest_visible_gib
-from workers.queue import WorkerCapacity, _capacity
 
 # nvidia-smi --query-gpu=index,uuid,memory.total --format=csv,noheader,nounits
 LISTED = """0, GPU-1a2b3c4d-0000-0000-0000-000000000000, 81559

@@ -28,11 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from service.base_models.built_in.tiny_model import TINY_MODEL_NAME, ensure_tiny_model, save_qwen2
 from service.inference.protocol import GenerationRequest
 from service.settings import Settings
 from tests.vllm_generation.conftest import MODEL_CACHE_DIR
 from workers.inference.pool import ModelPool
-from workers.training.tiny_model import TINY_MODEL_NAME, ensure_tiny_model, save_qwen2
 
 pytestmark = pytest.mark.vllm
 

@@ -24,6 +24,7 @@ from trl import GRPOConfig
 from sandbox.agent_api import AgentSandbox, conversational_prompt
 from sandbox.api import RewardSandbox
 from service.artifacts.storage import OPTIMIZER_FILE
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.jobs.hyperparameters import Hyperparameters
 from workers.training import kept_engine, model_options
 from workers.training.agents import AgentSession
@@ -46,7 +47,6 @@ from workers.training.starting_weights import (
     reference_in_adapter_dtype,
 )
 from workers.training.step_reporting import RunControl, StepReporter
-from workers.training.tiny_model import resolve_base_model
 from workers.training.vllm_memory import colocated_memory_plan
 
 logger = logging.getLogger(__name__)

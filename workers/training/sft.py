@@ -30,6 +30,7 @@ from transformers import (
 )
 from trl import SFTConfig, SFTTrainer
 
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.datasets.supervised import sft_examples
 from service.jobs.hyperparameters import SFT_DEFAULTS
 from workers.training import model_options
@@ -39,7 +40,6 @@ from workers.training.observer import TrainingObserver
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_records import StepRecord
 from workers.training.step_reporting import RunControl, _float_or_none
-from workers.training.tiny_model import resolve_base_model
 
 logger = logging.getLogger(__name__)
 

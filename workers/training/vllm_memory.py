@@ -70,7 +70,7 @@ def colocated_memory_plan(spec: TrainingSpec, model_path: str | None) -> MemoryP
 def _reward_model_bytes(spec: TrainingSpec) -> int:
     """The weights of the job's reward models, already on this rank's device when vLLM starts
     (the built-in tiny one, and any whose config cannot be read, count nothing)."""
-    from workers.training.tiny_reward_model import TINY_REWARD_MODEL_NAME
+    from service.base_models.built_in.tiny_reward_model import TINY_REWARD_MODEL_NAME
 
     shapes = (
         _model_shape(entry.model)

@@ -160,7 +160,7 @@ def _worker(args: argparse.Namespace) -> int:
     settings = get_settings()
     settings.require_database_url()
     settings.require_redis_url()
-    from workers.celery_app import EXPORTS_QUEUE, celery_app
+    from service.work_queue.celery_app import EXPORTS_QUEUE, celery_app
 
     if args.exports_only:
         # No GPU checks: a merge runs on the CPU (and on no job's devices).

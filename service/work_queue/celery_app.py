@@ -21,7 +21,7 @@ LEGACY_QUEUE = "training"
 
 
 def devices_queue(num_devices: int) -> str:
-    """Where jobs asking for ``num_devices`` devices wait (see workers.queue)."""
+    """Where jobs asking for ``num_devices`` devices wait (see service.work_queue.queue)."""
     return f"devices-{num_devices}"
 
 
@@ -54,7 +54,7 @@ def create_celery_app() -> Celery:
         worker_redirect_stdouts=False,
         task_default_queue="training",
         # What a worker started without --queues consumes: the queues of the job sizes it
-        # can hold (workers.queue). The API sends each job to its size's queue.
+        # can hold (service.work_queue.queue). The API sends each job to its size's queue.
         task_queues=[Queue(name) for name in worker_queues(settings.resolved_worker_devices)],
     )
     return app

@@ -25,14 +25,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workers.training.model_building import (
+from service.base_models.built_in.model_building import (
     IM_END,
     PAD,
     TINY_QWEN2_SHAPE,
     ensure_built,
     token_id,
 )
-from workers.training.tiny_model import build_tokenizer
+from service.base_models.built_in.tiny_model import build_tokenizer
 
 TINY_REWARD_MODEL_NAME = "rft-tiny-reward"
 # The reward models resolve_reward_model builds itself.

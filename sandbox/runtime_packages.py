@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workers.failures import PackageInstallError
+
+class PackageInstallError(RuntimeError):
+    """The job's runtime packages could not be installed; the message, as it is, tells the
+    job's user why (pip's last lines)."""
 
 
 def install_runtime_packages(packages: list[str], target: Path, *, timeout_s: float = 900) -> Path:

@@ -2,7 +2,7 @@
 
 The recipe (Qwen2, hidden 64, 2 layers, initializer_range 0.1) is the smallest one measured to
 learn a simple reward with GRPO + LoRA in a few dozen CPU steps (docs/measured-facts.md).
-``rft-tiny-tools`` (workers/training/tiny_tool_model.py) is its tool-calling sibling.
+``rft-tiny-tools`` (service/base_models/built_in/tiny_tool_model.py) is its tool-calling sibling.
 """
 
 from __future__ import annotations
@@ -12,20 +12,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workers.training.model_building import (
+from service.base_models.built_in.model_building import (
     IM_END,
     IM_START,
     TINY_QWEN2_SHAPE,
     build_bpe_tokenizer,
     ensure_built,
 )
-from workers.training.model_building import (
+from service.base_models.built_in.model_building import (
     directory_digest as directory_digest,
 )
-from workers.training.model_building import (
+from service.base_models.built_in.model_building import (
     save_qwen2 as save_qwen2,
 )
-from workers.training.tiny_tool_model import TINY_TOOL_MODEL_NAME, ensure_tiny_tool_model
+from service.base_models.built_in.tiny_tool_model import (
+    TINY_TOOL_MODEL_NAME,
+    ensure_tiny_tool_model,
+)
 
 TINY_MODEL_NAME = "rft-tiny"
 # The models resolve_base_model builds itself.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from workers.celery_app import (
+from service.work_queue.celery_app import (
     EXPORT_TASK,
     EXPORTS_QUEUE,
     TRAIN_JOB_TASK,

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workers.training.model_building import (
+from service.base_models.built_in.model_building import (
     IM_END,
     PAD,
     TINY_QWEN2_SHAPE,
