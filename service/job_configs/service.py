@@ -419,27 +419,22 @@ def update_config(
             "has no reward functions, tools or sampling to change"
         )
     _check_version(job, if_match)
+    configs = JobConfigRepository(session)
+    # Updates of one job take turns, so each is built on the version it follows: none is lost
+    # and each gets its own version. The turn is not the job's row lock, which the worker needs
+    # to begin each step: validation runs the code in the sandbox (seconds) while holding it.
+    configs.wait_for_update_turn(job.id)
+    session.refresh(job)  # what an update that held the turn before this one stored
+    _check_version(job, if_match)
     secrets = _secrets_after(job, update)
     agent_code = _agent_code_after(session, job, update)
-    # Validation runs the code in the sandbox (seconds): before taking the row lock, which
-    # the worker needs to begin each step.
     forms, warnings = _validate(session, job, update, secrets, agent_code)
-    # The row lock serializes concurrent updates: each gets its own version, none is lost.
+    # Only the new version's few writes hold the row lock.
     session.refresh(job, with_for_update=True)
-    _check_version(job, if_match)
     if update.secrets:
-        secrets = _secrets_after(job, update)
         job.secrets_sealed = seal(secrets, get_settings())
         job.secret_names = sorted(secrets)
-    if update.tools is None or update.environments is None:
-        # Kept code is the current version's: another update (If-Match: *) may have stored
-        # new code since it was loaded above.
-        latest_code = _agent_code_after(session, job, update)
-        if latest_code != agent_code:
-            _load_agent_code(job, update, latest_code, secrets)
-            agent_code = latest_code
 
-    configs = JobConfigRepository(session)
     current = configs.get_config_version(job.id, job.config_version)
     assert current is not None
 
