@@ -76,7 +76,7 @@ from transformers import (
 from trl import GRPOConfig, GRPOTrainer
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from service.artifacts.storage import artifact_store
 from service.demo import (
     DEMO_BASE_MODEL,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from service.errors import BadRequest
 from service.server_paths import hide_server_paths
 from service.settings import Settings, get_settings, sandbox_settings
