@@ -39,7 +39,8 @@ from sandbox.uids import NoFreeUidError, UidLease, lease_uid
 logger = logging.getLogger(__name__)
 
 # Modules reward code can import inside the sandbox (retries with backoff, rate limits); sent
-# with the first frame, so the sandbox's filesystem needs nothing more than the child program.
+# with the first frame, so the sandbox's filesystem needs nothing more than the child programs'
+# folder.
 HELPER_MODULES = {"rft_reward": Path(__file__).with_name("rft_reward.py").read_text()}
 # A warm child is replaced before its RLIMIT_CPU can fire in the middle of a call.
 CPU_RECYCLE_FRACTION = 0.8
