@@ -29,7 +29,7 @@ from kept_steps import KeptSteps  # type: ignore[import-not-found]
 from sandbox.agent_api import AgentLimits, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
 from sandbox.api import RewardFunctionSpec
-from sandbox.process import create_sandbox
+from sandbox.reward_host import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,

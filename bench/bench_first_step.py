@@ -107,7 +107,7 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
 
 def in_process_parts() -> dict[str, float]:
     """The worker's start-up pieces, timed one by one in this (import-warm) process."""
-    from sandbox.process import ProcessSandbox
+    from sandbox.reward_host import ProcessSandbox
     from service.base_models.built_in.tiny_model import ensure_tiny_model
     from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters

@@ -94,7 +94,7 @@ def hyperparameters(args: argparse.Namespace) -> Any:
 def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from sandbox.process import create_sandbox
+    from sandbox.reward_host import create_sandbox
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
     from service.settings import Settings

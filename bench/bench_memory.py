@@ -54,7 +54,7 @@ def run_configuration(args: argparse.Namespace) -> None:
     """In the child: train, then print one JSON line with peak RSS, rewards and advantages."""
     import torch
 
-    from sandbox.process import create_sandbox
+    from sandbox.reward_host import create_sandbox
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters

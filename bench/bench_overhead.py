@@ -76,7 +76,7 @@ from transformers import (
 from trl import GRPOConfig, GRPOTrainer
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from service.artifacts.storage import artifact_store
 from service.base_models.built_in.model_building import save_qwen2
 from service.base_models.built_in.tiny_model import build_tokenizer, ensure_tiny_model

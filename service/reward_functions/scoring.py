@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.runtime_packages import PackageInstallError, install_runtime_packages
 from service.errors import BadRequest
 from service.server_paths import hide_server_paths

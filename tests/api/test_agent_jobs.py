@@ -427,4 +427,4 @@ def test_invalid_agent_code_details_show_the_users_lines_only(
     for detail in details:
         assert "tool 'add'" in detail
         assert "agent_child.py" not in detail and "agent_code_rules.py" not in detail
-        assert "/opt/rft" not in detail and "child.py" not in detail
+        assert "/opt/rft" not in detail and "child.py" not in detail and "/child/" not in detail

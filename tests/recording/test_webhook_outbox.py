@@ -11,8 +11,8 @@ from sqlalchemy import select
 from service.db import session_scope
 from service.jobs import ownership
 from service.jobs.guard_settings import GUARD_NAMES
-from service.jobs.transitions import transition
 from service.jobs.status import JobStatus
+from service.jobs.transitions import transition
 from service.leases import HeldBy
 from service.models import Job, WebhookDelivery, WebhookEndpoint, new_id
 from service.webhooks.repository import WebhookRepository

@@ -465,6 +465,7 @@ def test_user_faults_are_typed_outcomes(sandbox: ProcessAgentSandbox) -> None:
     assert raised.error.message == "KeyError: 'the key is missing'"
     trace = raised.error.traceback or ""
     assert "helper()" in trace and "agent_child" not in trace and "threading" not in trace
+    assert "/child/" not in trace  # no frame of the child runtime (sandbox/child/)
     assert raised.logs == "about to fail\n"
     assert not_json.error is not None and not_json.error.kind is ToolErrorKind.NOT_SERIALIZABLE
     assert nan.error is not None and nan.error.kind is ToolErrorKind.NOT_SERIALIZABLE

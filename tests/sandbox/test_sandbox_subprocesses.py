@@ -18,7 +18,7 @@ import pytest
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation, plan_launch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.runtime_packages import install_runtime_packages
 from sandbox.settings import Isolation, SandboxSettings
 from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG

@@ -22,7 +22,7 @@ import pytest
 from sandbox.api import RewardFunctionSpec, ScoringBatch
 from tests.layers import skip_missing_layer
 from tests.processes import alive, descendants
-from workers.job_sandbox import JobSandbox
+from workers.job_sandbox import JobRewardSandbox
 from workers.training.rank_process import (
     JOB_FILE,
     SPARE_READY,
@@ -63,7 +63,7 @@ def rank_job(spec: TrainingSpec, secrets: dict[str, str] | None = None) -> RankJ
     )
 
 
-def score_one(sandbox: JobSandbox) -> float | None:
+def score_one(sandbox: JobRewardSandbox) -> float | None:
     batch = ScoringBatch(prompts=["p"], completions=["c"], examples=[{"prompt": "p"}])
     result = sandbox.score(batch)[SECRET_LENGTH.name]
     assert not result.errors, result.errors

@@ -40,8 +40,8 @@ from sandbox.agent_api import (
     ToolSignature,
     ToolSpec,
 )
-from sandbox.agent_code_rules import AgentCodeProblem, annotation_type, check_loaded_code
 from sandbox.api import FunctionResult, RewardError, RewardErrorKind
+from sandbox.child.agent_code_rules import AgentCodeProblem, annotation_type, check_loaded_code
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class AgentSession:
         previous code stays in force) if any of it cannot be used."""
         code = self.sandbox.load(tools, environments)
         try:
-            # The rules the API checked this code by at creation (sandbox.agent_code_rules).
+            # The rules the API checked this code by at creation (sandbox.child.agent_code_rules).
             check_loaded_code(code)
         except AgentCodeProblem as problem:
             raise AgentCodeError(problem.name, problem.message) from None

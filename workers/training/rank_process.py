@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from sandbox.agent_api import AgentSandbox
-    from sandbox.process import ProcessSandbox
-    from workers.job_sandbox import JobAgentSandbox, JobSandbox
+    from sandbox.reward_host import ProcessSandbox
+    from workers.job_sandbox import JobAgentSandbox, JobRewardSandbox
     from workers.training.ranks import RankGroup
     from workers.training.spec import TrainingOutcome, TrainingSpec
     from workers.training.step_records import RewardConfig, StepRecord
@@ -111,7 +111,7 @@ class RankObserver:
     def __init__(
         self,
         worker: Connection | None,
-        sandbox: JobSandbox | None,
+        sandbox: JobRewardSandbox | None,
         agent_sandbox: JobAgentSandbox | None = None,
     ) -> None:
         self.worker = worker
@@ -173,12 +173,12 @@ class RankObserver:
             self._ask("on_config_rejected", version, message)
 
 
-def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSandbox:
+def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobRewardSandbox:
     """The job's sandbox; ``started`` (a spare's, started before the job came) serves as its
     first processes when the job would start exactly the same sandbox, else it is closed."""
-    from sandbox.process import ProcessSandbox
+    from sandbox.reward_host import ProcessSandbox
     from service.settings import get_settings, sandbox_settings
-    from workers.job_sandbox import JobSandbox
+    from workers.job_sandbox import JobRewardSandbox
 
     def start(secrets: dict[str, str]) -> ProcessSandbox:
         nonlocal started
@@ -198,7 +198,7 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobSan
         return ProcessSandbox(config)
 
     try:
-        return JobSandbox(start, job.spec.reward_config.secrets)
+        return JobRewardSandbox(start, job.spec.reward_config.secrets)
     finally:
         if started is not None:  # the job's sandbox failed to start before it was offered
             started.close()
@@ -239,7 +239,7 @@ def _start_sandbox_ahead() -> ProcessSandbox | None:
     bwrap and a Python start) is 50-100 ms, far more on a busy machine. Its processes have
     loaded nothing: a job's reward code goes into them as into new ones. None where it cannot
     start; the job then starts its own (and fails saying why)."""
-    from sandbox.process import ProcessSandbox
+    from sandbox.reward_host import ProcessSandbox
     from service.settings import get_settings, sandbox_settings
 
     try:
@@ -271,7 +271,7 @@ def run_rank(job_dir: Path, sandbox_ahead: ProcessSandbox | None = None) -> int:
         for name in adopt_built_deepspeed_ops():
             logger.info("DeepSpeed op %s: built earlier for these pins, loaded", name)
     worker = Client(str(job_dir / WORKER_SOCKET), family="AF_UNIX") if rank == 0 else None
-    sandbox: JobSandbox | None = None
+    sandbox: JobRewardSandbox | None = None
     try:
         with open(job_dir / JOB_FILE, "rb") as handle:
             job: RankJob = pickle.load(handle)  # written by our own worker, in a 0700 folder
@@ -370,9 +370,9 @@ def _warm_imports() -> None:
     import workers.training.ranks
     import workers.training.sft
     import workers.training.trackers  # noqa: F401
-    from sandbox.process import ProcessSandbox  # noqa: F401
+    from sandbox.reward_host import ProcessSandbox  # noqa: F401
     from service.settings import sandbox_settings  # noqa: F401
-    from workers.job_sandbox import JobSandbox  # noqa: F401
+    from workers.job_sandbox import JobRewardSandbox  # noqa: F401
 
 
 def _warm_first_job() -> None:

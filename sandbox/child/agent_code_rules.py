@@ -10,8 +10,8 @@ The type-hint and docstring rules are those transformers' ``get_json_schema`` ap
 renders a tool into the prompt (transformers 5.x, ``utils/chat_template_utils.py``): a tool
 that passes here renders there, instead of failing mid-step.
 
-Standard library only, and no imports from this package: inside the sandbox this file is
-loaded by path, beside the agent child (sandbox/isolation.py binds it there).
+Standard library only, and no imports outside this folder: it is part of the child programs'
+package, which sandbox/isolation.py binds into the sandbox.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import re
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from .runtime import short_repr
 
 if TYPE_CHECKING:
     from sandbox.agent_api import LoadedAgentCode, ToolSignature
@@ -102,7 +104,7 @@ def describe_function(
             except (TypeError, ValueError):
                 raise AgentCodeProblem(
                     owner,
-                    f"{where}: the default {_short_repr(parameter.default)} is not "
+                    f"{where}: the default {short_repr(parameter.default)} is not "
                     "JSON-compatible (the model is shown it)",
                 ) from None
         described.append(
@@ -163,14 +165,6 @@ def _annotation_text(annotation: Any, module_name: str, where: str, owner: str) 
             owner, f"{where}: the annotation {text} cannot be shown to the model"
         )
     return text
-
-
-def _short_repr(value: object) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # -- checking descriptions (the API and the worker) ---------------------------------------------

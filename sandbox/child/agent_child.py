@@ -1,10 +1,10 @@
 """The program that runs a job's tools and environments inside the sandbox.
 
-It starts exactly like the reward child (sandbox/child.py, which sits beside it inside the
-sandbox too): protocol pipes moved off fds 0-2, the job's environment from the first frame, hard
+It starts exactly like the reward child, on the same child runtime (runtime.py, beside it inside
+the sandbox): protocol pipes moved off fds 0-2, the job's environment from the first frame, hard
 rlimits, death with the parent. Only the requests differ. Standard library only.
 
-Requests and replies (length-prefixed JSON frames, as in child.py):
+Requests and replies (length-prefixed JSON frames, framing.py):
 
 - ``{"op": "load", "tools": [{name, source, version}], "environments": [{name, source,
   class_name, version}], "timeout_s"}`` -> ``{"ok": true, "tools": [signature],
@@ -31,63 +31,49 @@ CallTimeout raised into it, and a coroutine that blocks the loop is interrupted 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import ctypes
-import importlib.util
 import inspect
 import json
-import linecache
-import os
 import resource
 import signal
 import sys
 import threading
 import time
-import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-
-def _import_beside(filename: str, module_name: str) -> types.ModuleType:
-    # -I keeps this folder off sys.path; child.py and agent_code_rules.py are bound beside this
-    # file in the sandbox.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-if TYPE_CHECKING:
-    from sandbox import agent_code_rules as rules
-    from sandbox import child
-else:
-    child = _import_beside("child.py", "rft_sandbox_child")
-    rules = _import_beside("agent_code_rules.py", "rft_agent_code_rules")
-
-child.OUR_FILES.update((__file__, rules.__file__))
-CallTimeout = child.CallTimeout
+from .agent_code_rules import AgentCodeProblem, describe_function, environment_methods
+from .agent_steps import (
+    Step,
+    ThreadedStep,
+    ThreadStartError,
+    exception_error,
+    quiet_thread_exceptions,
+    rollout_lost,
+    step_error,
+)
+from .runtime import (
+    SAMPLE_THREAD_STACK_BYTES,
+    BoundedLog,
+    CallTimeout,
+    RawOutputCapture,
+    format_user_traceback,
+    run_source,
+    serve,
+    short_repr,
+    to_score,
+)
 
 # How much later than a coroutine's own limit SIGALRM interrupts it, when it blocks the loop
 # instead of awaiting (a cancelled coroutine that awaits is stopped by wait_for first).
 BLOCKED_LOOP_GRACE_S = 0.1
 # How often the watchdog looks again while a step past its limit is not the one running.
 WATCHDOG_RECHECK_S = 0.02
-ROLLOUT_LOST = (
-    "rollout {!r} is not open: its reset failed, it was closed, new code was loaded, or the "
-    "sandbox process restarted"
-)
 # The log of the step the current task or thread runs; writes outside any step are dropped.
-STEP_LOG: contextvars.ContextVar[child.BoundedLog] = contextvars.ContextVar("rft_step_log")
+STEP_LOG: contextvars.ContextVar[BoundedLog] = contextvars.ContextVar("rft_step_log")
 
 
-AgentCodeProblem = rules.AgentCodeProblem
-
-
-class RoutedLog(child.BoundedLog):
+class RoutedLog(BoundedLog):
     """sys.stdout and sys.stderr: each write goes to the log of the step that made it."""
 
     def write(self, text: str) -> int:  # type: ignore[override]
@@ -113,7 +99,7 @@ class LoadedCallable:
         self.name = name
         self.function = function
         self.is_async = inspect.iscoroutinefunction(function)
-        self.description, self.signature = rules.describe_function(
+        self.description, self.signature = describe_function(
             name, function, drop_first, module_name, owner=owner
         )
 
@@ -126,7 +112,7 @@ class LoadedEnvironment:
             attribute: LoadedCallable(
                 f"{cls.__name__}.{attribute}", function, drop_first, module_name, name
             )
-            for attribute, function, drop_first in rules.environment_methods(cls, name)
+            for attribute, function, drop_first in environment_methods(cls, name)
         }
         reset = cls.reset  # type: ignore[attr-defined]  # environment_methods checked it
         self.reset_keywords = _named_keywords(reset)
@@ -178,111 +164,6 @@ async def _start_rollout_async(cls: type, row: dict[str, Any]) -> tuple[Any, Any
     return instance, await instance.reset(**row)
 
 
-class Step:
-    """One piece of user code to run: a tool call, a reset or a get_reward. `function` is
-    None when the step failed before running (its error is set)."""
-
-    def __init__(
-        self,
-        chain: object,
-        function: Callable[..., Any] | None = None,
-        arguments: dict[str, Any] | None = None,
-        is_async: bool = False,
-        error: dict[str, Any] | None = None,
-    ) -> None:
-        self.chain = chain  # steps with the same chain run in order
-        self.function = function
-        self.arguments = arguments or {}
-        self.is_async = is_async
-        self.error = error
-        self.value: Any = None
-        self.duration_s = 0.0
-        self.logs = ""
-        self.environment: LoadedEnvironment | None = None  # of a reset
-
-
-class ThreadedStep:
-    """A plain function on a thread of its own, which a timeout interrupts by raising
-    CallTimeout into it (effective at its next Python instruction)."""
-
-    def __init__(self, step: Step, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]):
-        self.step = step
-        self.loop = loop
-        self.future = future
-        self.lock = threading.Lock()
-        self.thread_id: int | None = None
-        self.finished = False
-        self.abandoned = False
-        self.thread: threading.Thread | None = None
-
-    def run(self) -> None:
-        with self.lock:
-            if self.abandoned:
-                return
-            self.thread_id = threading.get_ident()
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            assert self.step.function is not None
-            value = self.step.function(**self.step.arguments)
-        except BaseException as raised:
-            error = raised
-        with self.lock:
-            self.finished = True
-            if self.abandoned:
-                return
-        # The loop may already be closed when a late thread finishes.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(_settle, self.future, value, error)
-
-    def interrupt(self) -> None:
-        with self.lock:
-            self.abandoned = True
-            if self.finished or self.thread_id is None:
-                return
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.thread_id), ctypes.py_object(CallTimeout)
-            )
-
-
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(value)
-    else:
-        future.set_exception(error)
-
-
-def _quiet_thread_exceptions(arguments: threading.ExceptHookArgs) -> None:
-    # A CallTimeout that reached an abandoned thread after its function returned ends the
-    # thread; it is nobody's error.
-    if arguments.exc_type is not CallTimeout:
-        threading.__excepthook__(arguments)
-
-
-def _error(kind: str, message: str, traceback: str | None = None) -> dict[str, Any]:
-    return {"kind": kind, "message": message[:2000], "traceback": traceback}
-
-
-def _lost(rollout_id: object) -> dict[str, Any]:
-    return _error("environment_lost", ROLLOUT_LOST.format(rollout_id))
-
-
-# Kinds an exception may name for itself (sandbox/endpoint_runtime.py: an HTTP tool's endpoint
-# failed); any other exception is "exception".
-ENDPOINT_ERROR_KINDS = frozenset({"timeout", "http_status", "malformed_response", "connection"})
-
-
-def _exception_error(error: BaseException) -> dict[str, Any]:
-    kind = getattr(error, "rft_tool_error_kind", None)
-    if isinstance(kind, str) and kind in ENDPOINT_ERROR_KINDS:
-        return _error(kind, str(error))
-    return _error(
-        "exception", f"{type(error).__name__}: {error}", child._format_user_traceback(error)
-    )
-
-
 class AgentRunner:
     def __init__(self, own_pid_namespace: bool, sample_threads: int) -> None:
         self.max_threads = sample_threads
@@ -296,10 +177,10 @@ class AgentRunner:
         # Deadlines of the coroutine steps running now, by their task: the watchdog interrupts
         # a task only while it is the one running, i.e. while it blocks the loop.
         self.task_deadlines: dict[asyncio.Task[Any], float] = {}
-        self.raw_log = child.RawOutputCapture()
+        self.raw_log = RawOutputCapture()
         sys.stdout = sys.stderr = RoutedLog()
-        threading.stack_size(child.SAMPLE_THREAD_STACK_BYTES)
-        threading.excepthook = _quiet_thread_exceptions
+        threading.stack_size(SAMPLE_THREAD_STACK_BYTES)
+        threading.excepthook = quiet_thread_exceptions
         signal.signal(signal.SIGALRM, self._on_alarm)
 
     # -- timers ---------------------------------------------------------------------------
@@ -383,7 +264,7 @@ class AgentRunner:
         for kind, specs in (("tool", request["tools"]), ("environment", request["environments"])):
             for spec in specs:
                 name = spec["name"]
-                log = child.BoundedLog()  # module-level prints go nowhere
+                log = BoundedLog()  # module-level prints go nowhere
                 token = STEP_LOG.set(log)
                 self.loading = True
                 signal.setitimer(signal.ITIMER_REAL, max(timeout_s, 0.001))
@@ -401,7 +282,7 @@ class AgentRunner:
                 except AgentCodeProblem as problem:
                     errors[name] = problem.message
                 except BaseException as error:
-                    errors[name] = child._format_user_traceback(error)
+                    errors[name] = format_user_traceback(error)
                 finally:
                     STEP_LOG.reset(token)
         self.raw_log.take(0)
@@ -415,36 +296,27 @@ class AgentRunner:
         }
 
     @staticmethod
-    def _run_source(kind: str, spec: dict[str, Any]) -> types.ModuleType:
-        name, source = spec["name"], spec["source"]
-        filename = f"<{kind} {name} v{spec.get('version', 1)}>"
-        # Registering the source lets tracebacks show the user's lines.
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        module = types.ModuleType(f"rft_{kind}_{len(sys.modules)}")
-        module.__file__ = filename
-        # dataclasses and pickling look the defining module up in sys.modules.
-        sys.modules[module.__name__] = module
-        # dont_inherit: this file's `from __future__ import annotations` is not the user's.
-        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
-        return module
+    def _defined(spec: dict[str, Any], kind: str, attribute: str, what: str) -> tuple[str, Any]:
+        """Run the spec's source; its module's name and the object it defines as `attribute`,
+        if that is a `what`."""
+        filename = f"<{kind} {spec['name']} v{spec.get('version', 1)}>"
+        # dont_inherit: this package's `from __future__ import annotations` is not the user's.
+        module = run_source(f"rft_{kind}_{len(sys.modules)}", filename, spec["source"], True)
+        value = module.__dict__.get(attribute)
+        is_what = inspect.isfunction if what == "function" else inspect.isclass
+        if not is_what(value):
+            raise AgentCodeProblem(
+                spec["name"], f"the source defines no {what} named {attribute!r}"
+            )
+        return module.__name__, value
 
     def _load_tool(self, spec: dict[str, Any]) -> LoadedCallable:
-        module = self._run_source("tool", spec)
-        function = module.__dict__.get(spec["name"])
-        if not inspect.isfunction(function):
-            raise AgentCodeProblem(
-                spec["name"], f"the source defines no function named {spec['name']!r}"
-            )
-        return LoadedCallable(spec["name"], function, False, module.__name__, spec["name"])
+        module_name, function = self._defined(spec, "tool", spec["name"], "function")
+        return LoadedCallable(spec["name"], function, False, module_name, spec["name"])
 
     def _load_environment(self, spec: dict[str, Any]) -> LoadedEnvironment:
-        module = self._run_source("environment", spec)
-        cls = module.__dict__.get(spec["class_name"])
-        if not inspect.isclass(cls):
-            raise AgentCodeProblem(
-                spec["name"], f"the source defines no class named {spec['class_name']!r}"
-            )
-        return LoadedEnvironment(spec["name"], cls, module.__name__)
+        module_name, cls = self._defined(spec, "environment", spec["class_name"], "class")
+        return LoadedEnvironment(spec["name"], cls, module_name)
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -454,12 +326,12 @@ class AgentRunner:
         for rollout in rollouts:
             if loaded is None:
                 message = f"no environment named {environment!r} is loaded"
-                steps.append(Step(rollout["id"], error=_error("environment_lost", message)))
+                steps.append(Step(rollout["id"], error=step_error("environment_lost", message)))
                 continue
             row = rollout["row"]
             if not isinstance(row, dict):
                 message = f"a row must be an object, not {type(row).__name__}"
-                steps.append(Step(rollout["id"], error=_error("bad_arguments", message)))
+                steps.append(Step(rollout["id"], error=step_error("bad_arguments", message)))
                 continue
             if loaded.reset_keywords is not None:
                 row = {key: value for key, value in row.items() if key in loaded.reset_keywords}
@@ -479,35 +351,35 @@ class AgentRunner:
         chain: object = rollout_id if rollout_id is not None else object()
         if not isinstance(arguments, dict):
             message = f"arguments must be an object, not {type(arguments).__name__}"
-            return Step(chain, error=_error("bad_arguments", message))
+            return Step(chain, error=step_error("bad_arguments", message))
         methods: dict[str, LoadedCallable] = {}
         instance = None
         if rollout_id is not None:
             rollout = self.rollouts.get(rollout_id)
             if rollout is None:
-                return Step(chain, error=_lost(rollout_id))
+                return Step(chain, error=rollout_lost(rollout_id))
             methods, instance = rollout.environment.methods, rollout.instance
         # A standalone tool called during a rollout runs in that rollout's order.
         loaded = methods.get(tool) or self.tools.get(tool)
         if loaded is None:
             known = ", ".join(sorted(set(self.tools) | set(methods))) or "none"
             message = f"there is no tool named {tool!r}; the tools are {known}"
-            return Step(chain, error=_error("unknown_tool", message))
+            return Step(chain, error=step_error("unknown_tool", message))
         try:
             loaded.signature.bind(**arguments)
         except TypeError as error:
             message = f"{tool}: {error}; its signature is {loaded.name}{loaded.signature}"
-            return Step(chain, error=_error("bad_arguments", message))
+            return Step(chain, error=step_error("bad_arguments", message))
         target = getattr(instance, tool) if tool in methods else loaded.function
         return Step(chain, target, arguments, loaded.is_async)
 
     def _reward_step(self, rollout_id: str) -> Step:
         rollout = self.rollouts.get(rollout_id)
         if rollout is None:
-            return Step(rollout_id, error=_lost(rollout_id))
+            return Step(rollout_id, error=rollout_lost(rollout_id))
         if not rollout.environment.has_reward:
             message = f"environment {rollout.environment.name!r} has no get_reward method"
-            return Step(rollout_id, error=_error("unknown_tool", message))
+            return Step(rollout_id, error=step_error("unknown_tool", message))
         get_reward = rollout.instance.get_reward
         return Step(rollout_id, get_reward, {}, inspect.iscoroutinefunction(get_reward))
 
@@ -518,9 +390,9 @@ class AgentRunner:
                 json.dumps(step.value, allow_nan=False)
                 result = step.value
             except (TypeError, ValueError) as error:
-                step.error = _error(
+                step.error = step_error(
                     "not_serializable",
-                    f"returned {type(step.value).__name__} {child._short_repr(step.value)}, "
+                    f"returned {type(step.value).__name__} {short_repr(step.value)}, "
                     f"which JSON cannot carry ({error})",
                 )
         return self._outcome(step, result=result)
@@ -536,9 +408,9 @@ class AgentRunner:
                 try:
                     observation = json.dumps(value, allow_nan=False, ensure_ascii=False)
                 except (TypeError, ValueError) as error:
-                    step.error = _error(
+                    step.error = step_error(
                         "not_serializable",
-                        f"reset returned {type(value).__name__} {child._short_repr(value)}, "
+                        f"reset returned {type(value).__name__} {short_repr(value)}, "
                         f"which is neither text nor JSON ({error})",
                     )
         outcome = self._outcome(step, observation=observation)
@@ -550,9 +422,9 @@ class AgentRunner:
     def _finish_reward(self, step: Step) -> dict[str, Any]:
         reward = None
         if step.error is None:
-            reward, problem = child._to_score(step.value)
+            reward, problem = to_score(step.value)
             if reward is None:
-                step.error = _error(
+                step.error = step_error(
                     "invalid_return", f"get_reward {problem or 'returned None, not a number'}"
                 )
         return self._outcome(step, reward=reward)
@@ -596,7 +468,7 @@ class AgentRunner:
     async def _run_step(
         self, step: Step, timeout_s: float, log_limit: int, threads: asyncio.Semaphore
     ) -> None:
-        log = child.BoundedLog()
+        log = BoundedLog()
         log.limit = log_limit
         token = STEP_LOG.set(log)
         started = time.perf_counter()
@@ -614,11 +486,11 @@ class AgentRunner:
                 async with threads:
                     step.value = await self._in_thread(step, timeout_s)
         except (TimeoutError, CallTimeout):
-            step.error = _error("timeout", f"the call took longer than {timeout_s:g} s")
+            step.error = step_error("timeout", f"the call took longer than {timeout_s:g} s")
         except ThreadStartError as error:
-            step.error = _error("sandbox", str(error))
+            step.error = step_error("sandbox", str(error))
         except BaseException as error:
-            step.error = _exception_error(error)
+            step.error = exception_error(error)
         finally:
             STEP_LOG.reset(token)
             step.duration_s = time.perf_counter() - started
@@ -646,9 +518,5 @@ class AgentRunner:
             raise
 
 
-class ThreadStartError(Exception):
-    pass
-
-
-if __name__ == "__main__":
-    child.main(AgentRunner)
+def main() -> None:
+    serve(AgentRunner)
