@@ -7,16 +7,14 @@ mapping)."""
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
-from service.artifacts.repository import CheckpointRepository
 from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
@@ -29,15 +27,12 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.method_datasets import DatasetUnfitForMethod
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus
-from service.jobs.step_repository import StepRepository
 from service.models import Dataset, Job
 from service.openai_compat.files.schemas import OpenAIPage
+from service.openai_compat.fine_tuning.pages import page
 from service.openai_compat.fine_tuning.schemas import (
-    CheckpointMetrics,
     FineTuningJob,
-    FineTuningJobCheckpoint,
     FineTuningJobCreate,
-    FineTuningJobEvent,
     FineTuningJobStatus,
     JobError,
     JobHyperparameters,
@@ -48,7 +43,6 @@ from service.openai_compat.graders.compile import (
     check_grader,
     grader_in_source,
     judge_environment,
-    part_reward_names,
     reward_functions,
     reward_name,
     uses_judge,
@@ -64,7 +58,6 @@ TINY_PRESET = "tiny-cpu"
 MIN_GENERATIONS = 2
 MAX_GENERATIONS = 1024  # past any group size worth sampling; Hyperparameters checks the rest
 GRADER_ADAPTER: TypeAdapter[Any] = TypeAdapter(Grader)
-Item = TypeVar("Item", bound=BaseModel)
 
 
 class InvalidJobRequest(BadRequest):
@@ -464,191 +457,3 @@ def change_status(
 ) -> FineTuningJob:
     get_job(session, tenant_id, job_id)  # OpenAI's 404 wording
     return fine_tuning_job(session, change(session, tenant_id, job_id))
-
-
-# --- events and checkpoints --------------------------------------------------------------
-
-# A tripped guard (docs/guards.md) is a warning too.
-EVENT_LEVELS = {"warning": "warn", "guard_tripped": "warn", "error": "error"}
-
-
-def list_events(
-    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
-) -> OpenAIPage[FineTuningJobEvent]:
-    """Newest first, as OpenAI lists them: the job's events as messages and each training
-    step as a metrics event (reward means, per-grader scores and errors, validation reward)."""
-    job = get_job(session, tenant_id, job_id)
-    # Ordered by the exact time (the objects carry whole seconds), then by id or step.
-    timed = [
-        (
-            event.created_at,
-            event.id,
-            FineTuningJobEvent(
-                id=f"ftevent-{event.id}",
-                created_at=int(event.created_at.timestamp()),
-                level=EVENT_LEVELS.get(event.kind, "info"),  # type: ignore[arg-type]
-                message=event.message,
-                data={"kind": event.kind, **(event.data or {})},
-                type="message",
-            ),
-        )
-        for event in EventRepository(session).list_events(job.id, after_id=0, limit=1_000_000)
-    ]
-    timed.extend(step_events(session, job))
-    timed.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
-    return page_after([event for _, _, event in timed], limit, after)
-
-
-def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTuningJobEvent]]:
-    if job.method == "sft":
-        return supervised_step_events(session, job)
-    repository = StepRepository(session)
-    grader = job_grader(session, job)
-    main = reward_name(grader.name) if grader is not None else None
-    parts = part_reward_names(grader) if grader is not None else {}
-    validation = {
-        evaluation.step: evaluation
-        for evaluation in repository.list_evaluations(job.id, after_step=0, limit=1_000_000)
-    }
-    events = []
-    for row in repository.list_steps(job.id, after_step=0, limit=1_000_000):
-        functions = json.loads(row["reward_functions"] or "{}")
-        named = parts or ({grader.name: main} if grader is not None and main else {})
-        if not named:
-            named = {name: name for name in functions}
-        evaluation = validation.get(row["step"])
-        data = {
-            "step": row["step"],
-            "train_reward_mean": row["reward_mean"],
-            "train_reward_std": row["reward_std"],
-            "valid_reward_mean": evaluation.reward_mean if evaluation is not None else None,
-            "scores": {
-                grader_name: functions.get(function, {}).get("mean")
-                for grader_name, function in named.items()
-            },
-            "errors": {
-                grader_name: functions.get(function, {}).get("errors", 0)
-                for grader_name, function in named.items()
-            },
-            "error_rate": (functions.get(main, {}).get("error_rate") if main is not None else None),
-            "loss": row["loss"],
-            "kl": row["kl"],
-            "learning_rate": row["learning_rate"],
-            "frac_reward_zero_std": row["frac_reward_zero_std"],
-            "config_version": row["config_version"],
-        }
-        message = (
-            f"Step {row['step']}/{job.hyperparameters['train_steps']}: "
-            f"train reward mean {row['reward_mean']}"
-        )
-        events.append(metrics_event(row, message, data))
-    return events
-
-
-def metrics_event(
-    row: Any, message: str, data: dict[str, Any]
-) -> tuple[datetime, int, FineTuningJobEvent]:
-    """A step's metrics event (a list_steps row), keyed for list_events' ordering."""
-    return (
-        row["created_at"],
-        row["step"],
-        FineTuningJobEvent(
-            id=f"ftevent-step-{row['step']}",
-            created_at=int(row["created_at"].timestamp()),
-            level="info",
-            message=message,
-            data=data,
-            type="metrics",
-        ),
-    )
-
-
-def supervised_metrics(row: Any) -> dict[str, Any]:
-    """A supervised step's metrics under OpenAI's names (a list_steps row)."""
-    logged = json.loads(row["metrics"] or "{}")
-    return {
-        "train_loss": row["loss"],
-        "train_mean_token_accuracy": logged.get("mean_token_accuracy"),
-        "valid_loss": logged.get("eval_loss"),
-        "valid_mean_token_accuracy": logged.get("eval_mean_token_accuracy"),
-    }
-
-
-def supervised_step_events(
-    session: Session, job: Job
-) -> list[tuple[datetime, int, FineTuningJobEvent]]:
-    """One metrics event per step, as OpenAI writes a supervised job's."""
-    total = job.hyperparameters["train_steps"]
-    events = []
-    for row in StepRepository(session).list_steps(job.id, after_step=0, limit=1_000_000):
-        loss = "none" if row["loss"] is None else f"{row['loss']:.4f}"
-        data = {
-            "step": row["step"],
-            "total_steps": total,
-            **supervised_metrics(row),
-            "learning_rate": row["learning_rate"],
-        }
-        events.append(metrics_event(row, f"Step {row['step']}/{total}: training loss={loss}", data))
-    return events
-
-
-def list_checkpoints(
-    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
-) -> OpenAIPage[FineTuningJobCheckpoint]:
-    job = get_job(session, tenant_id, job_id)
-    records = StepRepository(session)
-    steps = {row["step"]: row for row in records.list_steps(job.id, after_step=0, limit=1_000_000)}
-    rewards = records.evaluation_rewards(job.id)
-    checkpoints = [
-        FineTuningJobCheckpoint(
-            id=f"ftckpt-{job.id}-{checkpoint.step}",
-            created_at=int(checkpoint.created_at.timestamp()),
-            fine_tuned_model_checkpoint=fine_tuned_model_name(
-                job.base_model, job.id, checkpoint.step
-            ),
-            fine_tuning_job_id=job.id,
-            step_number=checkpoint.step,
-            metrics=checkpoint_metrics(
-                job, checkpoint.step, steps.get(checkpoint.step), rewards.get(checkpoint.step)
-            ),
-        )
-        for checkpoint in sorted(
-            CheckpointRepository(session).list_checkpoints(job.id),
-            key=lambda c: c.step,
-            reverse=True,
-        )
-    ]
-    return page_after(checkpoints, limit, after)
-
-
-def checkpoint_metrics(
-    job: Job, step: int, row: Any | None, valid_reward_mean: float | None
-) -> CheckpointMetrics:
-    if job.method == "sft":
-        return CheckpointMetrics(step=step, **(supervised_metrics(row) if row is not None else {}))
-    return CheckpointMetrics(
-        step=step,
-        train_loss=row["loss"] if row is not None else None,
-        train_reward_mean=row["reward_mean"] if row is not None else None,
-        valid_reward_mean=valid_reward_mean,
-    )
-
-
-# --- pages -------------------------------------------------------------------------------
-
-
-def page(items: Sequence[Item], has_more: bool) -> OpenAIPage[Item]:
-    return OpenAIPage[Item](
-        data=list(items),
-        has_more=has_more,
-        first_id=getattr(items[0], "id", None) if items else None,
-        last_id=getattr(items[-1], "id", None) if items else None,
-    )
-
-
-def page_after(items: list[Item], limit: int, after: str | None) -> OpenAIPage[Item]:
-    """One page of an ordered list, after the item whose id is ``after``."""
-    if after is not None:
-        ids = [getattr(item, "id", None) for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    return page(items[:limit], len(items) > limit)
