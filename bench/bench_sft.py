@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import torch
-from bench_overhead import THREADS_ENV, Run, TimedObserver  # type: ignore[import-not-found]
 from datasets import Dataset
+from in_process import THREADS_ENV, Run, TimedObserver  # type: ignore[import-not-found]
 from peft import LoraConfig
 from synthetic import (  # type: ignore[import-not-found]
     create_running_job,
