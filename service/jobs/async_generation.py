@@ -11,9 +11,9 @@ is accepted, and a worker without vLLM fails it at its start, saying why.
 from __future__ import annotations
 
 from service.errors import BadRequest
-from service.jobs.gpu_fit import running_workers
 from service.jobs.schemas import JobCreate
 from service.settings import Settings
+from service.work_queue.queue import running_workers
 
 
 class AsyncGenerationRefused(BadRequest):
@@ -56,7 +56,7 @@ def check_async_generation(payload: JobCreate, settings: Settings) -> None:
             f"hyperparameters.async_generation cannot be combined with {'; '.join(conflicts)}. "
             "Drop async_generation, or those options."
         )
-    workers = running_workers(settings)
+    workers = running_workers(settings.redis_url) or []
     if workers and not any(worker.generation_backend == "vllm" for worker in workers):
         raise AsyncGenerationRefused(
             "hyperparameters.async_generation needs vLLM generation, and none of this "

@@ -12,15 +12,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from redis.exceptions import RedisError
-
 from service.base_models.model_config import read_model_files
 from service.errors import BadRequest
 from service.jobs.gpu_memory import JobMemory, ModelShape, UnknownModelShape, plan_memory
 from service.jobs.schemas import JobCreate
 from service.reward_functions.schemas import model_entries
 from service.settings import Settings
-from service.work_queue.queue import WorkerCapacity, live_workers
+from service.work_queue.queue import WorkerCapacity, running_workers
 
 logger = logging.getLogger(__name__)
 
@@ -77,22 +75,10 @@ def _readable_shape(model: str, settings: Settings) -> ModelShape | None:
         return None
 
 
-def running_workers(settings: Settings) -> list[WorkerCapacity]:
-    """What the running workers advertise; none when Redis is not configured or unreachable
-    (then nothing that depends on them is checked)."""
-    if not settings.redis_url:
-        return []
-    try:
-        return live_workers(settings.redis_url)
-    except RedisError as exc:
-        logger.warning("could not read the workers' adverts: %s", exc)
-        return []
-
-
 def _vllm_gpu_workers(payload: JobCreate, settings: Settings) -> list[WorkerCapacity]:
     """The running workers that could take the job, when all of them generate with vLLM on
     GPUs of known size; else none (the job may run where this check does not apply)."""
-    workers = running_workers(settings)
+    workers = running_workers(settings.redis_url) or []
     able = [worker for worker in workers if worker.devices >= payload.num_devices]
     if not able or not all(
         worker.accelerator == "cuda" and worker.vllm and worker.gpu_memory_gib for worker in able

@@ -8,7 +8,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -60,7 +59,7 @@ from service.settings import get_settings
 from service.usage import service as usage
 from service.usage.estimates import cost_estimate
 from service.webhooks import outbox as webhook_outbox
-from service.work_queue.queue import enqueue_training, live_workers
+from service.work_queue.queue import enqueue_training, running_workers
 
 logger = logging.getLogger(__name__)
 
@@ -290,13 +289,10 @@ def _check_devices(payload: JobCreate) -> str | None:
             f"{', '.join(sorted(AVAILABLE_ENGINES))})"
         )
     needs_cuda = payload.engine in CUDA_ONLY_ENGINES
-    redis_url = get_settings().redis_url
-    if (payload.num_devices == 1 and payload.num_nodes == 1 and not needs_cuda) or not redis_url:
+    if payload.num_devices == 1 and payload.num_nodes == 1 and not needs_cuda:
         return None
-    try:
-        workers = live_workers(redis_url)
-    except RedisError as exc:
-        logger.warning("could not read the workers' device counts: %s", exc)
+    workers = running_workers(get_settings().redis_url)
+    if workers is None:
         return None  # the queue decides; the job waits for workers that can hold it
     if not workers:
         wanted = (

@@ -12,9 +12,11 @@ and meet in the database (workers.placement).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 import redis
+from redis.exceptions import RedisError
 
 from service.work_queue.celery_app import (
     EXPORT_TASK,
@@ -23,6 +25,8 @@ from service.work_queue.celery_app import (
     celery_app,
     devices_queue,
 )
+
+logger = logging.getLogger(__name__)
 
 _CAPACITY_KEY_PREFIX = "rft:worker-devices:"
 
@@ -99,6 +103,18 @@ def live_workers(redis_url: str) -> list[WorkerCapacity]:
     finally:
         client.close()
     return [_capacity(value) for value in values if value is not None]
+
+
+def running_workers(redis_url: str | None) -> list[WorkerCapacity] | None:
+    """What the running workers advertise; None when nobody can say (Redis not configured, or
+    unreachable: logged), and then nothing that depends on them is checked."""
+    if not redis_url:
+        return None
+    try:
+        return live_workers(redis_url)
+    except RedisError as exc:
+        logger.warning("could not read the workers' adverts: %s", exc)
+        return None
 
 
 def _capacity(value: bytes | str) -> WorkerCapacity:
