@@ -119,7 +119,7 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
             model_cache_dir=Path(output),
             generation=generation,
         )
-        # vLLM's share as the worker computes it (service/jobs/gpu_memory.py), and what torch
+        # vLLM's share as the worker computes it (service/gpu/memory_plan.py), and what torch
         # then measured: the plan's sum against the peak.
         plan = colocated_memory_plan(spec, str(args.model))
         torch.cuda.reset_peak_memory_stats()

@@ -23,12 +23,12 @@ from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
+from service.gpu.job_fit import check_gpu_memory
 from service.http_tools.service import tool_sources
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
 from service.jobs.async_generation import check_async_generation
 from service.jobs.device_options import check_cuda_only_options
-from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
 from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository

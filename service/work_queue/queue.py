@@ -47,7 +47,7 @@ class WorkerCapacity:
     devices: int  # the most devices this worker gives one job
     accelerator: str  # "cuda" or "cpu"
     # The smallest of its GPUs' memory in GiB (None: CPU, or unknown), and whether its jobs
-    # generate with vLLM on those GPUs: the API checks a job fits (service.jobs.gpu_fit).
+    # generate with vLLM on those GPUs: the API checks a job fits (service.gpu.job_fit).
     gpu_memory_gib: float | None = None
     vllm: bool = False
     # What its measured throughput is filed under (service.usage): "cpu" or "cuda:<GPU name>",

@@ -12,7 +12,7 @@ import torch
 
 from sandbox.api import RewardFunctionSpec
 from service.jobs.hyperparameters import Hyperparameters
-from tests.unit.test_gpu_memory import QWEN25_7B, QWEN25_14B
+from tests.unit.test_memory_plan import QWEN25_7B, QWEN25_14B
 from workers.failures import GenerationSetupError
 from workers.training.generation import Generation
 from workers.training.spec import TrainingSpec
@@ -59,7 +59,7 @@ def test_the_built_config_carries_the_sized_share_and_the_jobs_vllm_settings(
     path = model_dir(tmp_path, QWEN25_7B)
     config = _grpo_config(spec(tmp_path), use_cuda=False, use_bf16=False, model_path=path)
     assert config.use_vllm and config.vllm_mode == "colocate"
-    assert config.vllm_gpu_memory_utilization == 0.42  # tests/unit/test_gpu_memory.py
+    assert config.vllm_gpu_memory_utilization == 0.42  # tests/unit/test_memory_plan.py
     assert config.vllm_max_model_length == 512 + 512
     assert (config.vllm_tensor_parallel_size, config.vllm_enable_sleep_mode) == (1, False)
 

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from accelerate.utils import is_peft_model
 
-from service.jobs.gpu_memory import vllm_max_model_length
+from service.gpu.memory_plan import vllm_max_model_length
 from workers.failures import GenerationSetupError
 from workers.training.generation import DEFAULT_MEMORY_FRACTION, INSTALL_HINT
 from workers.training.grpo_trainer import RecordingGRPOTrainer

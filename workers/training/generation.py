@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.jobs.gpu_memory import MemoryPlan, vllm_max_model_length
+from service.gpu.memory_plan import MemoryPlan, vllm_max_model_length
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
 from workers.failures import GenerationSetupError

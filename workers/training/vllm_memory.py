@@ -2,7 +2,7 @@
 
 Only where the arithmetic applies: vLLM colocated on a CUDA GPU, and the job did not set
 ``vllm_gpu_memory_utilization`` itself. The model's config.json (a local directory or the
-hub's, cached) and this GPU's total memory go into service.jobs.gpu_memory; a job that cannot
+hub's, cached) and this GPU's total memory go into service.gpu.memory_plan; a job that cannot
 fit fails here, at its start, with the arithmetic, instead of running out of memory later.
 A config that cannot be read leaves the worker's RFT_VLLM_MEMORY_FRACTION in force.
 """
@@ -15,11 +15,14 @@ import logging
 import os
 from pathlib import Path
 
-from service.jobs.gpu_memory import (
+from service.gpu.memory_plan import (
+    CONFIG_FILE,
+    INDEX_FILE,
     JobMemory,
     MemoryPlan,
     ModelShape,
     UnknownModelShape,
+    checkpoint_bytes,
     plan_memory,
 )
 from workers.failures import GenerationSetupError
@@ -82,15 +85,11 @@ def _reward_model_bytes(spec: TrainingSpec) -> int:
 
 def _model_shape(model_path: str) -> ModelShape | None:
     try:
-        config = _read_json(model_path, "config.json")
+        config = _read_json(model_path, CONFIG_FILE)
         if config is None:
             return None
-        index = _read_json(model_path, "model.safetensors.index.json")
-        metadata = index.get("metadata") if index else None
-        size = metadata.get("total_size") if isinstance(metadata, dict) else None
-        return ModelShape.from_config(
-            config, checkpoint_bytes=size if isinstance(size, int) else None
-        )
+        index = _read_json(model_path, INDEX_FILE)
+        return ModelShape.from_config(config, checkpoint_bytes=checkpoint_bytes(index))
     except (OSError, ValueError, UnknownModelShape) as exc:
         logger.warning(
             "cannot size vLLM from %s's config (%s): RFT_VLLM_MEMORY_FRACTION applies",

@@ -1,4 +1,4 @@
-"""The GPU-memory arithmetic of a job with vLLM colocated (service.jobs.gpu_memory), on the
+"""The GPU-memory arithmetic of a job with vLLM colocated (service.gpu.memory_plan), on the
 published config.json values of real models (Qwen2.5 0.5B, 7B, 14B on the hub)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service.jobs.gpu_memory import (
+from service.gpu.memory_plan import (
     GIB,
     JobMemory,
     ModelShape,

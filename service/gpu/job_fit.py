@@ -1,5 +1,5 @@
 """At job creation: refuse a job whose vLLM and trainer cannot share the GPUs of any worker
-that could take it (the arithmetic: service.jobs.gpu_memory).
+that could take it (the arithmetic: service.gpu.memory_plan).
 
 Checked only where it applies: every running worker able to hold the job (enough devices)
 says it has CUDA GPUs of a known size and generates with vLLM colocated on them, and the base
@@ -14,7 +14,7 @@ import logging
 
 from service.base_models.model_config import read_model_files
 from service.errors import BadRequest
-from service.jobs.gpu_memory import JobMemory, ModelShape, UnknownModelShape, plan_memory
+from service.gpu.memory_plan import JobMemory, ModelShape, UnknownModelShape, plan_memory
 from service.jobs.schemas import JobCreate
 from service.reward_functions.schemas import model_entries
 from service.settings import Settings

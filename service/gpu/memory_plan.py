@@ -83,6 +83,19 @@ def gib(value_bytes: float) -> float:
     return value_bytes / GIB
 
 
+# A model's files that say its shape: its config, and (sharded safetensors checkpoints) the
+# index whose metadata.total_size is the weights' size in bytes.
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def checkpoint_bytes(index: Mapping[str, Any] | None) -> int | None:
+    """The weights' size a safetensors index states (None: no index, or it states none)."""
+    metadata = index.get("metadata") if index else None
+    size = metadata.get("total_size") if isinstance(metadata, Mapping) else None
+    return int(size) if isinstance(size, int | float) and size > 0 else None
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """What a decoder-only transformer's memory follows, read from its config.json."""
