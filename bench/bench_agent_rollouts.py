@@ -32,7 +32,7 @@ from sandbox.api import RewardFunctionSpec
 from sandbox.process import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.jobs.hyperparameters import PRESETS, Hyperparameters
-from workers.training.agents import AgentSession
+from workers.training.agents.session import AgentSession
 from workers.training.grpo import TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
 from workers.training.tiny_tool_model import (
