@@ -106,7 +106,9 @@ class WarmProcesses:
     thread that started them ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_between_jobs: bool = True) -> None:
+        # False: processes for one job only (no next spare, no engine kept after it).
+        self._keep_between_jobs = keep_between_jobs
         self._spare: subprocess.Popen[bytes] | None = None
         self._engine_holder: _EngineHolder | None = None
 
@@ -162,7 +164,7 @@ class WarmProcesses:
         """Keep ``process`` (its job done, its engine kept) for the next job on ``base_model``."""
         # Only the thread that lives as long as the worker may keep a process: its death
         # signal follows the thread that started it (a spare, started there too).
-        if threading.current_thread() is not threading.main_thread():
+        if not self._keep_between_jobs or threading.current_thread() is not threading.main_thread():
             stop_process_group(process)
             return
         self.release_engine_holder()
@@ -186,7 +188,7 @@ class WarmProcesses:
         """``start_spare``, only from the thread that lives as long as the worker: the spare's
         death signal follows the thread that started it (a test's thread would take it along
         when it ends)."""
-        if threading.current_thread() is threading.main_thread():
+        if self._keep_between_jobs and threading.current_thread() is threading.main_thread():
             self.start_spare()
 
 
@@ -290,7 +292,7 @@ def run_training_processes(
     """
     _check_engine(engine)
     if warm is None:
-        own = WarmProcesses()
+        own = WarmProcesses(keep_between_jobs=False)
         try:
             return run_training_processes(
                 job,
@@ -355,7 +357,13 @@ def run_node_processes(
         job_dir = Path(folder)
         (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
         # This job's processes need the room a kept engine holds (the worker's own ``warm``).
-        launcher = _launch(job_dir, num_processes, warm or WarmProcesses(), engine, rendezvous)
+        launcher = _launch(
+            job_dir,
+            num_processes,
+            warm or WarmProcesses(keep_between_jobs=False),
+            engine,
+            rendezvous,
+        )
         try:
             while launcher.poll() is None:
                 _check_watchdog(watchdog)
