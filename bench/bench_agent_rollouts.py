@@ -38,7 +38,7 @@ from service.base_models.built_in.tiny_tool_model import (
     lookup_dataset,
 )
 from service.jobs.hyperparameters import PRESETS, Hyperparameters
-from workers.training.agents import AgentSession
+from workers.training.agents.session import AgentSession
 from workers.training.grpo import TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
 

@@ -31,7 +31,7 @@ from synthetic import create_tenant_key, use_database  # type: ignore[import-not
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.stack import LocalStack
-from workers.training.rank_process import SPARE_READY
+from workers.training.spare import SPARE_READY
 
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^\]]*\] (.*)$")
 

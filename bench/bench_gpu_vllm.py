@@ -98,10 +98,10 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
     from service.settings import Settings
+    from workers.training.colocated_vllm_sizing import colocated_memory_plan
     from workers.training.generation import choose_generation
     from workers.training.grpo import TrainingSpec, run_grpo
     from workers.training.step_records import RewardConfig
-    from workers.training.vllm_memory import colocated_memory_plan
 
     generation = choose_generation(
         Settings(generation_backend=args.generation, vllm_mode="colocate")

@@ -42,9 +42,16 @@ def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
     found: dict[int, str] = {}
     for pid in descendants(root):
         command = command_of(pid)
-        if "--spare" in command and not spares:
+        if "workers.training.spare" in command and not spares:
             continue
-        if "workers.training.rank_process" in command or "torch.distributed.run" in command:
+        if any(
+            module in command
+            for module in (
+                "workers.training.rank_process",
+                "workers.training.spare",
+                "torch.distributed.run",
+            )
+        ):
             found[pid] = command
     return found
 

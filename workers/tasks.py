@@ -7,13 +7,19 @@ import logging
 import os
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.signals import worker_ready, worker_shutting_down
 
 from service.work_queue.celery_app import EXPORT_TASK, EXPORTS_QUEUE, TRAIN_JOB_TASK, celery_app
 
+if TYPE_CHECKING:
+    from workers.training.launch import WarmProcesses
+
 logger = logging.getLogger(__name__)
+# This worker's warm training processes (its spare, a kept vLLM engine's holder): started when
+# the worker is ready, handed to every training job, stopped when it shuts down.
+_warm_processes: WarmProcesses | None = None
 _reaper_threads: list[Any] = []
 _capacity_adverts: list[tuple[threading.Event, str, str]] = []
 
@@ -22,7 +28,17 @@ _capacity_adverts: list[tuple[threading.Event, str, str]] = []
 def train_job(job_id: str) -> None:
     from workers.training_job import run_training_job
 
-    run_training_job(job_id)
+    run_training_job(job_id, _warm_training_processes())
+
+
+def _warm_training_processes() -> WarmProcesses:
+    """The worker's WarmProcesses (workers.training.launch), made at its first use."""
+    global _warm_processes
+    if _warm_processes is None:
+        from workers.training.launch import WarmProcesses
+
+        _warm_processes = WarmProcesses()
+    return _warm_processes
 
 
 @celery_app.task(name=EXPORT_TASK)
@@ -68,17 +84,15 @@ def start_reaper(sender: Any = None, **_: Any) -> None:
 
     # Every worker takes 1-device jobs (queue devices-1), so every worker keeps a spare.
     if threading.current_thread() is threading.main_thread():
-        from workers.training.launch import start_spare
-
         # A warm training process for the first job (imports take seconds); started from
         # the main thread, which lives as long as the worker (its death signal follows it).
-        start_spare()
+        _warm_training_processes().start_spare()
 
 
 def _advertise_capacity(settings: Any, consumer: Any) -> None:
     """Keep this worker's device count in Redis while it runs (the API reads the largest)."""
     from service.work_queue.queue import advertise_capacity
-    from workers.device_memory import (
+    from workers.advertised_devices import (
         device_kind,
         generates_with_vllm_colocated,
         generation_backend,
@@ -132,6 +146,5 @@ def stop_reaper(**_: Any) -> None:
         stopped.set()
         with contextlib.suppress(Exception):
             withdraw_capacity(redis_url, name)
-    from workers.training.launch import stop_spare
-
-    stop_spare()
+    if _warm_processes is not None:
+        _warm_processes.stop()

@@ -4,6 +4,6 @@
   trainer's and vLLM's bytes, the share of a GPU vLLM gets). Pure: reads no files.
 - ``job_fit``: the API's check at job creation, against the GPUs the running workers advertise
   (a job that fits none is refused with a 400).
-- On the worker: ``workers.training.vllm_memory`` sizes vLLM on the GPU a rank has, and
-  ``workers.device_memory`` is what a worker advertises about its GPUs.
+- On the worker: ``workers.training.colocated_vllm_sizing`` sizes vLLM on the GPU a rank has, and
+  ``workers.advertised_devices`` is what a worker advertises about its GPUs.
 """

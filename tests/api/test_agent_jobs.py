@@ -378,7 +378,7 @@ def worker_verdict(tool: str | None, env: str | None) -> str:
     from sandbox.agent_api import AgentCodeError, AgentLimits, EnvironmentSpec, ToolSpec
     from sandbox.agent_host import create_agent_sandbox
     from service.settings import get_settings, sandbox_settings
-    from workers.training.agents import AgentSession
+    from workers.training.agents.session import AgentSession
 
     tools = [ToolSpec(name="f", source=tool)] if tool else []
     environments = [

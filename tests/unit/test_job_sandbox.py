@@ -16,7 +16,7 @@ from sandbox.api import (
     ScoringBatch,
 )
 from workers.job_sandbox import JobAgentSandbox, JobRewardSandbox
-from workers.training.agents import AgentSession
+from workers.training.agents.session import AgentSession
 from workers.training.reward_dispatch import RewardDispatcher
 from workers.training.step_records import RewardConfig
 

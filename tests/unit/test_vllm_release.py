@@ -82,7 +82,7 @@ def spec(tmp_path: Path) -> TrainingSpec:
 
 
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trainer: FakeTrainer) -> Any:
-    monkeypatch.setattr(grpo, "build_trainer", lambda spec, dispatcher: trainer)
+    monkeypatch.setattr(grpo, "build_trainer", lambda spec, dispatcher, engines: trainer)
     monkeypatch.setattr(
         grpo, "RewardDispatcher", lambda *args, **kwargs: SimpleNamespace(load_initial=lambda: None)
     )

@@ -45,6 +45,7 @@ from workers.failures import GenerationSetupError
 from workers.training.generation import DEFAULT_MEMORY_FRACTION, INSTALL_HINT
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.spec import TrainingSpec
+from workers.training.trainer_common import float_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class StepRollouts:
             "staleness_mean": float(staleness),
             "sampling_config_versions": [self.sampling_config_version],
             "importance_sampling_ratio": {
-                name: _float_or_none(logs.get(key)) for name, key in IS_METRICS.items()
+                name: float_or_none(logs.get(key)) for name, key in IS_METRICS.items()
             },
         }
 
@@ -460,10 +461,3 @@ def start_rollout_engine(spec: TrainingSpec, model_path: str) -> RolloutEngine:
     Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
     weights = Path(tempfile.mkdtemp(prefix="rollout-weights-", dir=spec.output_dir))
     return RolloutEngine(settings, weights)
-
-
-def _float_or_none(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    return None if number != number else number

@@ -78,7 +78,7 @@ class Generation:
         self, hp: Hyperparameters, memory: MemoryPlan | None = None
     ) -> dict[str, Any]:
         """The GRPOConfig fields that select and configure generation. ``memory``: the plan
-        sized for this job and GPU (workers.training.vllm_memory), whose share vLLM gets
+        sized for this job and GPU (workers.training.colocated_vllm_sizing), whose share vLLM gets
         unless the job gives one."""
         if not self.uses_vllm:
             return {"use_vllm": False}

@@ -14,44 +14,39 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import (
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
     PrinterCallback,
-    Trainer,
 )
 from trl import GRPOConfig
 
 from sandbox.agent_api import AgentSandbox, conversational_prompt
 from sandbox.api import RewardSandbox
-from service.artifacts.storage import OPTIMIZER_FILE
 from service.base_models.built_in.tiny_model import resolve_base_model
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training import kept_engine, model_options
-from workers.training.agents import AgentSession
+from workers.training import model_options
+from workers.training.agents.session import AgentSession
 from workers.training.async_generation import (
     AsyncRolloutTrainer,
     RolloutEngine,
     async_grpo_arguments,
     start_rollout_engine,
 )
+from workers.training.colocated_vllm_sizing import colocated_memory_plan
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
 from workers.training.grpo_trainer import RecordingGRPOTrainer
+from workers.training.kept_engine import EngineKeeper
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.reward_models import RewardModelScorer
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.starting_weights import (
-    StartingOptimizerState,
     reference_in_adapter_dtype,
 )
-from workers.training.step_reporting import RunControl, StepReporter
-from workers.training.vllm_memory import colocated_memory_plan
+from workers.training.step_reporting import StepReporter
+from workers.training.trainer_common import device_switch, load_tokenizer, train_and_save
 
 logger = logging.getLogger(__name__)
-
-ADAPTER_DIRNAME = "adapter"
 
 
 def run_grpo(
@@ -59,6 +54,8 @@ def run_grpo(
     sandbox: RewardSandbox,
     observer: TrainingObserver,
     agent_sandbox: AgentSandbox | None = None,
+    *,
+    engines: EngineKeeper | None = None,
 ) -> TrainingOutcome:
     """Train a LoRA adapter with GRPO, scoring in ``sandbox``, reporting each step to ``observer``.
 
@@ -71,7 +68,11 @@ def run_grpo(
 
     Agent jobs (tools or environments in the config) run that code in ``agent_sandbox``,
     which the caller also owns.
+
+    ``engines``: the process's kept vLLM engine, when its owner (the worker's spare) keeps one
+    from job to job; without it the run's engine is shut down at its end.
     """
+    engines = engines if engines is not None else EngineKeeper()
     agents = None
     if is_agent_job(spec):
         if agent_sandbox is None:
@@ -85,7 +86,7 @@ def run_grpo(
         reward_models=RewardModelScorer(spec.model_cache_dir),
     )
     dispatcher.load_initial()
-    trainer = build_trainer(spec, dispatcher)
+    trainer = build_trainer(spec, dispatcher, engines)
     try:
         outcome = _train_and_save(spec, trainer, dispatcher, observer)
     except BaseException:
@@ -96,7 +97,7 @@ def run_grpo(
     # the default process group, which is the trainer's own; FSDP and ZeRO-3 gather the
     # adapter's weights over it to save them. A one-process job's engine may stay for the
     # next job instead (kept_engine).
-    kept_engine.keep_or_release(trainer, _release_generation)
+    engines.keep_or_release(trainer, _release_generation)
     return outcome
 
 
@@ -129,29 +130,6 @@ def _train_and_save(
     return train_and_save(spec, trainer, reporter)
 
 
-def train_and_save(spec: TrainingSpec, trainer: Trainer, reporter: RunControl) -> TrainingOutcome:
-    """Run ``trainer`` (GRPO's or SFT's, ``reporter`` among its callbacks) from the job's start
-    or its checkpoint, then save what it trained where the worker collects it."""
-    trainer.add_callback(reporter)
-    if spec.init_optimizer and spec.resume_from_checkpoint is None:
-        # A resume has its own optimizer state, in its checkpoint.
-        assert spec.init_adapter is not None
-        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
-
-    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    trainer.train(resume_from_checkpoint=resume)
-
-    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
-    # A PEFT model saves only the adapter (a whole model when every weight trained); the
-    # tokenizer makes the folder loadable alone.
-    trainer.save_model(str(adapter_path))
-    return TrainingOutcome(
-        steps_completed=trainer.state.global_step,
-        stop_reason=reporter.stop_reason,
-        adapter_path=adapter_path,
-    )
-
-
 def _release_generation(trainer: RecordingGRPOTrainer) -> None:
     """Shut vLLM down (engine, or the server's weight-sync channel) on every path, logging a
     failure rather than raising it: by now the run has its outcome (its adapter saved) or its
@@ -168,8 +146,11 @@ def is_agent_job(spec: TrainingSpec) -> bool:
     return bool(spec.reward_config.tools or spec.reward_config.environments)
 
 
-def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> RecordingGRPOTrainer:
-    """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function."""
+def build_trainer(
+    spec: TrainingSpec, dispatcher: RewardDispatcher, engines: EngineKeeper | None = None
+) -> RecordingGRPOTrainer:
+    """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function; its vLLM
+    engine (if any) starts through ``engines`` (a kept one may serve it)."""
     hp = spec.hyperparameters
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = usable_cuda_devices() > 0
@@ -189,9 +170,11 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         from workers.training.vllm_cpu import keep_plain_linear_weights
 
         keep_plain_linear_weights()
-    if spec.generation.uses_vllm and spec.generation.server is None:
-        # A colocated engine kept from this process's last job may serve this one.
-        kept_engine.install()
+    if spec.generation.uses_vllm:
+        # A colocated engine kept from this process's last job may serve this one (any other
+        # vLLM job shuts it down first).
+        with (engines or EngineKeeper()).routing_engine_starts():
+            return _build_trainer(spec, dispatcher, model_path, use_cuda, use_bf16)
     return _build_trainer(spec, dispatcher, model_path, use_cuda, use_bf16)
 
 
@@ -204,8 +187,8 @@ def _build_trainer(
     rollout_engine: RolloutEngine | None = None,
 ) -> RecordingGRPOTrainer:
     hp = spec.hyperparameters
-    tokenizer = _load_tokenizer(model_path)
-    use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
+    tokenizer = load_tokenizer(model_path)
+    use_bf16 = device_switch(hp.bf16, auto=use_bf16)
     # Before the model, as when TRL loads it itself: the config sets torch.distributed up, so
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
@@ -256,16 +239,6 @@ def _build_trainer(
         _release_generation(trainer)  # vLLM has started with the trainer
         raise
     return trainer
-
-
-def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
-    # Left padding and truncation as TRL sets them when it loads the tokenizer itself.
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_path, padding_side="left", truncation_side="left"
-    )
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 def _indexed_dataset(
@@ -352,7 +325,7 @@ def _grpo_config(
         # name; it overrides TRL's default True.)
         bf16=use_bf16,
         fp16=False,
-        activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
+        activation_checkpointing=device_switch(hp.activation_checkpointing, auto=use_cuda),
         dataloader_pin_memory=use_cuda,
         # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
         # (docs/measured-facts.md, "One job on several processes").
@@ -377,8 +350,3 @@ def _grpo_config(
             else spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path))
         ),
     )
-
-
-def _device_switch(setting: bool | str, *, auto: bool) -> bool:
-    """A hyperparameter that is True, False, or "auto" (what this device supports)."""
-    return auto if setting == "auto" else bool(setting)

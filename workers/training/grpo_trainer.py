@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import add_fused_lm_head, pad
 
-from workers.training.agents import AgentSession
+from workers.training.agents.session import AgentSession
 from workers.training.reproducible_sampling import KeyedGumbelSampling, sampling_warpers
 from workers.training.stop_sequences import stop_length
 

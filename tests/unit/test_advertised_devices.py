@@ -1,4 +1,5 @@
-"""What a worker's advert says about its GPUs (workers.device_memory, service.work_queue.queue)."""
+"""What a worker's advert says about its GPUs (workers.advertised_devices, and the advert
+itself: service.work_queue.queue)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from service.settings import Settings
 from service.work_queue.queue import WorkerCapacity, _capacity
-from workers import device_memory
-from workers.device_memory import generates_with_vllm_colocated, smallest_visible_gib
+from workers import advertised_devices
+from workers.advertised_devices import generates_with_vllm_colocated, smallest_visible_gib
 
 # nvidia-smi --query-gpu=index,uuid,memory.total --format=csv,noheader,nounits
 LISTED = """0, GPU-1a2b3c4d-0000-0000-0000-000000000000, 81559
@@ -29,16 +30,16 @@ def test_the_smallest_gpu_the_worker_may_use() -> None:
 
 
 def test_no_nvidia_smi_is_no_memory(monkeypatch: Any) -> None:
-    monkeypatch.setattr(device_memory.shutil, "which", lambda name: None)
-    assert device_memory.gpu_memory_gib() is None
+    monkeypatch.setattr(advertised_devices.shutil, "which", lambda name: None)
+    assert advertised_devices.gpu_memory_gib() is None
 
 
 def test_vllm_colocated_follows_the_settings(monkeypatch: Any) -> None:
-    monkeypatch.setattr(device_memory.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(advertised_devices.importlib.util, "find_spec", lambda name: object())
     assert generates_with_vllm_colocated(Settings())
     assert not generates_with_vllm_colocated(Settings(generation_backend="transformers"))
     assert not generates_with_vllm_colocated(Settings(vllm_mode="server"))
-    monkeypatch.setattr(device_memory.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(advertised_devices.importlib.util, "find_spec", lambda name: None)
     assert not generates_with_vllm_colocated(Settings())
 
 
@@ -60,12 +61,14 @@ def test_adverts_say_the_device_kind_and_generation_backend() -> None:
 
 
 def test_the_device_kind_names_the_gpu(monkeypatch: Any) -> None:
-    assert device_memory.device_kind("cpu") == "cpu"
-    monkeypatch.setattr(device_memory.shutil, "which", lambda name: None)
-    assert device_memory.device_kind("cuda") == "cuda"  # no nvidia-smi to ask
-    monkeypatch.setattr(device_memory.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    assert advertised_devices.device_kind("cpu") == "cpu"
+    monkeypatch.setattr(advertised_devices.shutil, "which", lambda name: None)
+    assert advertised_devices.device_kind("cuda") == "cuda"  # no nvidia-smi to ask
+    monkeypatch.setattr(advertised_devices.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     listed = subprocess.CompletedProcess([], 0, stdout="NVIDIA H200\nNVIDIA H200\n")
-    monkeypatch.setattr(device_memory.subprocess, "run", lambda *args, **kwargs: listed)
-    assert device_memory.device_kind("cuda") == "cuda:NVIDIA H200"
-    assert device_memory.generation_backend(Settings(generation_backend="vllm"), "cpu") == "vllm"
-    assert device_memory.generation_backend(Settings(), "cpu") == "transformers"
+    monkeypatch.setattr(advertised_devices.subprocess, "run", lambda *args, **kwargs: listed)
+    assert advertised_devices.device_kind("cuda") == "cuda:NVIDIA H200"
+    assert (
+        advertised_devices.generation_backend(Settings(generation_backend="vllm"), "cpu") == "vllm"
+    )
+    assert advertised_devices.generation_backend(Settings(), "cpu") == "transformers"

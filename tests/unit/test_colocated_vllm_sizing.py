@@ -1,5 +1,5 @@
-"""vLLM sized for the job at its start (workers.training.vllm_memory), down to the GRPOConfig
-the worker builds: no GPU here, so the GPU's memory is the test's."""
+"""vLLM sized for the job at its start (workers.training.colocated_vllm_sizing), down to the
+GRPOConfig the worker builds: no GPU here, so the GPU's memory is the test's."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_the_built_config_carries_the_sized_share_and_the_jobs_vllm_settings(
 def test_a_job_that_cannot_fit_fails_at_its_start_with_the_arithmetic(
     tmp_path: Path, gpu_of: Any
 ) -> None:
-    from workers.training.vllm_memory import colocated_memory_plan
+    from workers.training.colocated_vllm_sizing import colocated_memory_plan
 
     gpu_of(80)
     path = model_dir(tmp_path, QWEN25_14B)
@@ -92,7 +92,7 @@ def test_a_job_that_cannot_fit_fails_at_its_start_with_the_arithmetic(
 
 
 def test_nothing_is_sized_where_the_arithmetic_does_not_apply(tmp_path: Path, gpu_of: Any) -> None:
-    from workers.training.vllm_memory import colocated_memory_plan
+    from workers.training.colocated_vllm_sizing import colocated_memory_plan
 
     gpu_of(80)
     path = model_dir(tmp_path, QWEN25_7B)
@@ -111,8 +111,8 @@ def test_the_reward_models_on_the_device_count_against_vllms_share(
 ) -> None:
     """A 7B reward model (~14 GiB in bf16, on every rank's device before vLLM starts) turns a
     14B job that fits 80 GB with the medium preset into one that does not."""
+    from workers.training.colocated_vllm_sizing import colocated_memory_plan
     from workers.training.step_records import RewardModelSpec
-    from workers.training.vllm_memory import colocated_memory_plan
 
     gpu_of(80)
     path = model_dir(tmp_path, QWEN25_14B)
