@@ -7,10 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rft.agents import (
-    EnvironmentMap,
-    ToolMap,
-)
+from rft.agents import EnvironmentMap, ToolMap
 from rft.models.rewards import RewardFunctionMap
 
 

@@ -9,9 +9,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
-from rft.agents import (
-    ConfigMap,
-)
+from rft.agents import ConfigMap
 from rft.reward_source import function_reference, module_functions, module_text, to_source
 
 

@@ -8,10 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rft.agents import (
-    AgentStepMetrics,
-    TrajectoryMessage,
-)
+from rft.agents import AgentStepMetrics, TrajectoryMessage
 
 
 class FunctionStepMetrics(BaseModel):

@@ -3,12 +3,7 @@ the request builders they share; jobs.py makes ``Jobs`` and ``AsyncJobs`` of the
 
 from rft.resources.jobs.events import StreamItem, StreamItemWithJob
 from rft.resources.jobs.exports import AsyncExports, Exports
-from rft.resources.jobs.jobs import (
-    CREATE_DEFAULTS,
-    DEFAULT_POLL_INTERVAL_S,
-    AsyncJobs,
-    Jobs,
-)
+from rft.resources.jobs.jobs import CREATE_DEFAULTS, DEFAULT_POLL_INTERVAL_S, AsyncJobs, Jobs
 from rft.resources.jobs.jobs import _create_request as _create_request
 
 __all__ = [

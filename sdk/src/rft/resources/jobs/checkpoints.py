@@ -5,13 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rft.models import (
-    CheckpointList,
-)
-from rft.resources.adapter_archive import (
-    download_archive,
-    download_archive_async,
-)
+from rft.models import CheckpointList
+from rft.resources.adapter_archive import download_archive, download_archive_async
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
 
 

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from rft.models import (
-    Completion,
-    Page,
-    RewardError,
-    RewardFunctionLog,
-)
-from rft.pagination import (
-    AsyncPageIterator,
-    PageIterator,
-    get_api_list,
-    get_async_api_list,
-)
+from rft.models import Completion, Page, RewardError, RewardFunctionLog
+from rft.pagination import AsyncPageIterator, PageIterator, get_api_list, get_async_api_list
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
 
 

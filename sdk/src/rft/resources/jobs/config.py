@@ -8,15 +8,9 @@ from typing import Any, Literal, overload
 
 import httpx
 
-from rft.models import (
-    ConfigUpdate,
-    DryRunResult,
-    JobConfig,
-)
+from rft.models import ConfigUpdate, DryRunResult, JobConfig
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
-from rft.transport import (
-    RequestOptions,
-)
+from rft.transport import RequestOptions
 
 
 def _config_from_response(response: httpx.Response) -> JobConfig:

@@ -11,24 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Literal, TypeAlias, overload
 
 from rft.errors import APIConnectionError, APIStatusError
-from rft.models import (
-    Job,
-    JobEvent,
-    Page,
-    Step,
-)
-from rft.pagination import (
-    AsyncPageIterator,
-    PageIterator,
-    get_api_list,
-    get_async_api_list,
-)
+from rft.models import Job, JobEvent, Page, Step
+from rft.pagination import AsyncPageIterator, PageIterator, get_api_list, get_async_api_list
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
 from rft.sse import ServerSentEvent, SSEDecoder
-from rft.transport import (
-    RequestOptions,
-    retry_delay,
-)
+from rft.transport import RequestOptions, retry_delay
 
 StreamItem: TypeAlias = Step | JobEvent
 

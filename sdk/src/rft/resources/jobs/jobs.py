@@ -22,12 +22,7 @@ from rft.models import (
     RewardModule,
     reward_functions_request,
 )
-from rft.pagination import (
-    AsyncPageIterator,
-    PageIterator,
-    get_api_list,
-    get_async_api_list,
-)
+from rft.pagination import AsyncPageIterator, PageIterator, get_api_list, get_async_api_list
 from rft.progress import JobProgress, job_progress
 from rft.resources.jobs.checkpoints import AsyncCheckpointMethods, CheckpointMethods
 from rft.resources.jobs.completions import AsyncCompletionMethods, CompletionMethods
@@ -36,12 +31,7 @@ from rft.resources.jobs.events import AsyncEventMethods, EventMethods
 from rft.resources.jobs.exports import AsyncExportMethods, AsyncExports, ExportMethods, Exports
 from rft.resources.jobs.report import AsyncReportMethods, ReportMethods
 from rft.resources.jobs.steps import AsyncStepMethods, StepMethods
-from rft.transport import (
-    AsyncTransport,
-    RequestOptions,
-    SyncTransport,
-    new_idempotency_key,
-)
+from rft.transport import AsyncTransport, RequestOptions, SyncTransport, new_idempotency_key
 
 DEFAULT_POLL_INTERVAL_S = 1.0
 

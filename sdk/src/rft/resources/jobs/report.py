@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
-from rft.transport import (
-    RequestOptions,
-)
+from rft.transport import RequestOptions
 
 
 def report_request(job_id: str, steps: Sequence[int] | None) -> RequestOptions:

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import builtins
 
-from rft.models import (
-    Evaluation,
-    Page,
-    Step,
-)
-from rft.pagination import (
-    get_api_list,
-    get_async_api_list,
-)
+from rft.models import Evaluation, Page, Step
+from rft.pagination import get_api_list, get_async_api_list
 from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
 
 
