@@ -4,6 +4,8 @@ Read models ignore fields they do not know, so an older client keeps working aga
 server.
 """
 
+# Every model is re-exported here: ``from rft.models import X`` is the public way in (hence
+# the imports that look unused: pyproject.toml lets this file have them).
 from rft.models.checkpoints import Checkpoint, CheckpointList
 from rft.models.config import ConfigUpdate, DryRunResult, JobConfig, RescoredCompletion
 from rft.models.cost import CostEstimate, WorkerKindEstimate
@@ -46,60 +48,3 @@ from rft.models.steps import (
 )
 from rft.models.usage import Usage, UsageRow
 from rft.models.webhooks import Webhook, WebhookAttempt, WebhookCreated, WebhookDelivery
-
-__all__ = [
-    "REWARD_MODEL_SETTINGS",
-    "RUN_SETTINGS",
-    "AsyncGenerationStep",
-    "Checkpoint",
-    "CheckpointList",
-    "Completion",
-    "ConfigUpdate",
-    "CostEstimate",
-    "Dataset",
-    "DatasetDetail",
-    "DryRunResult",
-    "Evaluation",
-    "Export",
-    "ExportStatus",
-    "FunctionStepMetrics",
-    "FunctionTestResult",
-    "GuardName",
-    "GuardTrip",
-    "Guards",
-    "HubPush",
-    "Hyperparameters",
-    "ImportanceSamplingRatios",
-    "Item",
-    "Job",
-    "JobConfig",
-    "JobEvent",
-    "JobMethod",
-    "JobStatus",
-    "Page",
-    "RescoredCompletion",
-    "RewardEntryConfig",
-    "RewardError",
-    "RewardFunction",
-    "RewardFunctionConfig",
-    "RewardFunctionLike",
-    "RewardFunctionLog",
-    "RewardFunctionMap",
-    "RewardFunctionTestResult",
-    "RewardFunctionsInput",
-    "RewardModel",
-    "RewardModelConfig",
-    "RewardModule",
-    "Sample",
-    "SampleError",
-    "Step",
-    "Usage",
-    "UsageRow",
-    "Webhook",
-    "WebhookAttempt",
-    "WebhookCreated",
-    "WebhookDelivery",
-    "WorkerKindEstimate",
-    "reward_functions_request",
-    "to_reward_function_config",
-]
