@@ -108,7 +108,6 @@ class RewardModel(BaseModel):
 
 REWARD_MODEL_SETTINGS = ("batch_size", "max_length")
 
-
 RewardFunctionLike: TypeAlias = str | Callable[..., Any] | RewardFunction | RewardModel
 
 

@@ -18,8 +18,6 @@ from rft.sse import ServerSentEvent, SSEDecoder
 from rft.transport import RequestOptions, retry_delay
 
 StreamItem: TypeAlias = Step | JobEvent
-
-
 StreamItemWithJob: TypeAlias = Step | JobEvent | Job
 
 
