@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rft.errors import ExportFailedError, RFTError
 from rft.models import Export
+from rft.resources.adapter_archive import download_archive, download_archive_async
+from rft.resources.jobs.resource import AsyncJobsResource, JobsResource
 from rft.transport import AsyncTransport, RequestOptions, SyncTransport, new_idempotency_key
 
 DEFAULT_EXPORT_POLL_INTERVAL_S = 2.0
@@ -209,3 +213,179 @@ class AsyncExports:
             if clock.over(export):
                 return export
             await asyncio.sleep(poll_interval)
+
+
+def _merged_name(job_id: str, checkpoint: int | None) -> str:
+    return f"{job_id}-merged" if checkpoint is None else f"{job_id}-step-{checkpoint}-merged"
+
+
+class ExportMethods(JobsResource):
+    """``client.jobs`` shortcuts over exports: a merged model downloaded, an adapter (or a
+    merged model) pushed to the hub."""
+
+    exports: Exports
+
+    def download_merged(
+        self,
+        job_id: str,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        extract: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Path:
+        """Save the base model with the final adapter (or the checkpoint at step
+        ``checkpoint``) merged into it under ``destination``: a Hugging Face model folder in
+        safetensors that ``AutoModelForCausalLM.from_pretrained`` loads.
+
+        A worker builds it first (once per adapter and ``dtype``: "auto" keeps the base
+        model's, or "float32", "bfloat16", "float16"); this waits for that, then streams the
+        archive to disk. Returns the unpacked folder, or with ``extract=False`` the
+        ``.tar.gz``. ``on_update`` sees the export (stage, progress) at each poll. Raises
+        ExportFailedError when the build fails, TimeoutError after ``timeout`` seconds.
+        """
+        export = self.exports.create(job_id, kind="merged", checkpoint=checkpoint, dtype=dtype)
+        export = succeeded(
+            self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
+        assert export.download_path is not None
+        name = _merged_name(job_id, checkpoint)
+        return download_archive(self._transport, export.download_path, name, destination, extract)
+
+    def push_to_hub(
+        self,
+        job_id: str,
+        repo_id: str,
+        /,
+        *,
+        token: str | None = None,
+        token_secret: str | None = None,
+        merged: bool = False,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        private: bool = True,
+        wait: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Export:
+        """Push the job's adapter (or with ``merged=True`` the base model with the adapter
+        merged in) to the Hugging Face hub repository ``repo_id``, created (``private``) when
+        missing. The token is ``token`` (sent once; the server keeps it encrypted until the
+        push ends, then erases it) or the job secret named ``token_secret``.
+
+        Waits for the push unless ``wait=False``; returns the export (``hub.commit_url``).
+        Raises ExportFailedError when it fails (a refused token: the hub's 401).
+        """
+        export = self.exports.create(
+            job_id,
+            kind="merged" if merged else "adapter",
+            checkpoint=checkpoint,
+            dtype=dtype,
+            hub_repo=repo_id,
+            token=token,
+            token_secret=token_secret,
+            private=private,
+        )
+        if not wait:
+            return export
+        return succeeded(
+            self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
+
+
+class AsyncExportMethods(AsyncJobsResource):
+    """The async twin of :class:`ExportMethods`."""
+
+    exports: AsyncExports
+
+    async def download_merged(
+        self,
+        job_id: str,
+        /,
+        destination: str | os.PathLike[str],
+        *,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        extract: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Path:
+        """See :meth:`Jobs.download_merged`."""
+        export = await self.exports.create(
+            job_id, kind="merged", checkpoint=checkpoint, dtype=dtype
+        )
+        export = succeeded(
+            await self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
+        assert export.download_path is not None
+        return await download_archive_async(
+            self._transport,
+            export.download_path,
+            _merged_name(job_id, checkpoint),
+            destination,
+            extract,
+        )
+
+    async def push_to_hub(
+        self,
+        job_id: str,
+        repo_id: str,
+        /,
+        *,
+        token: str | None = None,
+        token_secret: str | None = None,
+        merged: bool = False,
+        checkpoint: int | None = None,
+        dtype: str = "auto",
+        private: bool = True,
+        wait: bool = True,
+        poll_interval: float = DEFAULT_EXPORT_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        on_update: Callable[[Export], None] | None = None,
+    ) -> Export:
+        """See :meth:`Jobs.push_to_hub`."""
+        export = await self.exports.create(
+            job_id,
+            kind="merged" if merged else "adapter",
+            checkpoint=checkpoint,
+            dtype=dtype,
+            hub_repo=repo_id,
+            token=token,
+            token_secret=token_secret,
+            private=private,
+        )
+        if not wait:
+            return export
+        return succeeded(
+            await self.exports.wait(
+                job_id,
+                export.id,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                on_update=on_update,
+            )
+        )
