@@ -97,6 +97,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.inference.vllm_engine",
         },
     ),
+    ("the worker process's life", {"workers.lifecycle"}),
     ("Celery tasks", {"workers.tasks"}),
 ]
 

@@ -100,7 +100,7 @@ class WarmProcesses:
     for the next job on the same base model (``workers.training.kept_engine``). One of each
     at most.
 
-    The worker owns one (``workers.tasks``, started when it is ready, stopped when it shuts
+    The worker owns one (``workers.lifecycle``, started when it is ready, stopped when it shuts
     down) and hands it to each job's launch. Keep and start processes only from the thread
     that lives as long as the worker (the main thread): their PR_SET_PDEATHSIG fires when the
     thread that started them ends.
