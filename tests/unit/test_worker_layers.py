@@ -4,10 +4,9 @@ functions count; those under TYPE_CHECKING do not: they never run)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-WORKERS = Path(__file__).resolve().parents[2] / "workers"
+from tests.import_graph import imports_of, package_modules, top_package
 
 # Bottom to top. A module not named here fails the test: place it when you add it.
 LAYERS: list[tuple[str, set[str]]] = [
@@ -102,38 +101,13 @@ LAYERS: list[tuple[str, set[str]]] = [
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(WORKERS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def worker_imports(path: Path) -> set[str]:
     """The workers.* modules ``path`` imports when it runs."""
-    found: set[str] = set()
-
-    class Imports(ast.NodeVisitor):
-        def visit_If(self, node: ast.If) -> None:
-            if "TYPE_CHECKING" in ast.unparse(node.test):
-                for child in node.orelse:
-                    self.visit(child)
-                return
-            self.generic_visit(node)
-
-        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-            if node.module is not None and node.level == 0:
-                found.add(node.module)
-                # `from workers.training import grpo` imports a module too.
-                found.update(f"{node.module}.{alias.name}" for alias in node.names)
-
-        def visit_Import(self, node: ast.Import) -> None:
-            found.update(alias.name for alias in node.names)
-
-    Imports().visit(ast.parse(path.read_text()))
-    return {name for name in found if name == "workers" or name.startswith("workers.")}
+    return {name for name in imports_of(path) if top_package(name) == "workers"}
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(path): path for path in WORKERS.rglob("*.py")}
+    paths = package_modules("workers")
     return {name: worker_imports(path) & set(paths) for name, path in paths.items()}
 
 
