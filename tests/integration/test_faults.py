@@ -83,7 +83,7 @@ def test_a_job_lives_through_pause_a_killed_worker_and_redis_and_postgres_outage
     paused = client.post(f"/v1/jobs/{job_id}/pause")
     assert paused.status_code == 200 and paused.json()["status"] == "pausing"
     assert client.post(f"/v1/jobs/{job_id}/pause").status_code == 409
-    wait_until(client, job_id, lambda j: j["status"] == "paused", timeout_s=60)
+    wait_until(client, job_id, lambda j: j["status"] == "paused")
     events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
     assert any(e["kind"] == "paused" for e in events), events
     paused_at = client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
