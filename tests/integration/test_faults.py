@@ -1,6 +1,9 @@
-"""Runs are never lost: worker death, Redis and Postgres outages, pause and resume.
+"""Runs are never lost: pause and resume, worker death, Redis and Postgres outages.
 
 These tests break servers, so they run on a stack of their own, with a short worker lease.
+One job lives through every fault in turn (a job's start is most of what a fault test costs):
+what each move does to a job's row is tested at the row, without training
+(tests/recording/test_job_lease.py); here a real worker shows it obeys.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ pytestmark = pytest.mark.integration
 LEASE_S = 6
 # A little work per call keeps steps long enough to break things in the middle of a run.
 STEP_S = 0.15
+# Every fault lands mid-run: the pause after step 3, the kill after the second periodic
+# checkpoint, the Redis restart and the Postgres outage after the resume from the kill.
+TRAIN_STEPS = 48
+CHECKPOINT_EVERY = 10
 
 
 @pytest.fixture(scope="module")
@@ -64,82 +71,87 @@ def assert_complete_record(client: httpx.Client, job: dict[str, Any], train_step
     assert set(per_step.values()) == {8}
 
 
-def test_killed_worker_is_replaced_and_the_job_resumes_from_its_checkpoint(
+def test_a_job_lives_through_pause_a_killed_worker_and_redis_and_postgres_outages(
     fault_stack: LocalStack, fault_client: httpx.Client
 ) -> None:
-    train_steps = 24
-    job = slow_job(fault_client, train_steps=train_steps)
-    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 8)
-    fault_stack.kill_worker(fault_stack.workers[0])
-    killed_at = fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
-    assert killed_at < train_steps
-    fault_stack.start_worker()
+    client = fault_client
+    job = slow_job(client, train_steps=TRAIN_STEPS, checkpoint_every=CHECKPOINT_EVERY)
+    job_id = job["id"]
 
-    job = wait_for(fault_client, job["id"], timeout_s=300)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert job["steps_completed"] == train_steps
-    assert_complete_record(fault_client, job, train_steps)
-    events = all_pages(fault_client, f"/v1/jobs/{job['id']}/events/history")
-    kinds = [e["kind"] for e in events]
-    assert "worker_lost" in kinds and "resumed" in kinds
-    resumed = next(e for e in events if e["kind"] == "resumed")
-    assert 5 <= resumed["data"]["checkpoint_step"] <= killed_at
-
-
-def test_redis_restart_mid_run(fault_stack: LocalStack, fault_client: httpx.Client) -> None:
-    job = slow_job(fault_client, train_steps=16)
-    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
-    fault_stack.restart_redis()
-    job = wait_for(fault_client, job["id"], timeout_s=300)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert_complete_record(fault_client, job, 16)
-    # The worker is still consuming after the restart.
-    follow_up = wait_for(fault_client, slow_job(fault_client, train_steps=2)["id"], timeout_s=300)
-    assert follow_up["status"] == "succeeded"
-
-
-def test_postgres_outage_mid_run(fault_stack: LocalStack, fault_client: httpx.Client) -> None:
-    job = slow_job(fault_client, train_steps=16)
-    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
-    fault_stack.stop_postgres()
-    time.sleep(4)
-    fault_stack.start_postgres()
-    job = wait_for(fault_client, job["id"], timeout_s=300)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert_complete_record(fault_client, job, 16)
-
-
-def test_pause_frees_the_worker_and_resume_continues(
-    fault_stack: LocalStack, fault_client: httpx.Client
-) -> None:
-    train_steps = 16
-    job = slow_job(fault_client, train_steps=train_steps, checkpoint_every=100)
-    wait_until(fault_client, job["id"], lambda j: j["steps_completed"] >= 3)
-    paused = fault_client.post(f"/v1/jobs/{job['id']}/pause")
+    # Pause: the worker checkpoints the step it is on (not a periodic one) and lets go.
+    wait_until(client, job_id, lambda j: j["steps_completed"] >= 3)
+    paused = client.post(f"/v1/jobs/{job_id}/pause")
     assert paused.status_code == 200 and paused.json()["status"] == "pausing"
-    assert fault_client.post(f"/v1/jobs/{job['id']}/pause").status_code == 409
-
-    # The worker checkpoints the step it is on and lets go: then the job reads paused.
-    wait_until(fault_client, job["id"], lambda j: j["status"] == "paused", timeout_s=60)
-    events = all_pages(fault_client, f"/v1/jobs/{job['id']}/events/history")
+    assert client.post(f"/v1/jobs/{job_id}/pause").status_code == 409
+    wait_until(client, job_id, lambda j: j["status"] == "paused")
+    events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
     assert any(e["kind"] == "paused" for e in events), events
-    paused_at = fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"]
-    checkpoints = fault_client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    paused_at = client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    assert paused_at < CHECKPOINT_EVERY
+    checkpoints = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
     assert paused_at in [c["step"] for c in checkpoints]
 
     # The freed worker takes other work while the job is paused.
-    other = wait_for(fault_client, slow_job(fault_client, train_steps=2)["id"], timeout_s=300)
+    other = wait_for(client, slow_job(client, train_steps=2)["id"], timeout_s=300)
     assert other["status"] == "succeeded"
-    assert fault_client.get(f"/v1/jobs/{job['id']}").json()["steps_completed"] == paused_at
+    assert client.get(f"/v1/jobs/{job_id}").json()["steps_completed"] == paused_at
 
-    resumed = fault_client.post(f"/v1/jobs/{job['id']}/resume")
+    # A config stored while paused applies to the resumed run, from the step after the pause.
+    config = client.get(f"/v1/jobs/{job_id}/config")
+    document = config.json()
+    document["reward_functions"]["slow"]["weight"] = 2.0
+    updated = client.put(
+        f"/v1/jobs/{job_id}/config", json=document, headers={"If-Match": config.headers["ETag"]}
+    )
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["applies_from_step"] == paused_at + 1
+
+    # Resume: queued again, and it continues from the pause's checkpoint.
+    resumed = client.post(f"/v1/jobs/{job_id}/resume")
     assert resumed.status_code == 200 and resumed.json()["status"] == "queued", resumed.text
-    job = wait_for(fault_client, job["id"], timeout_s=300)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert_complete_record(fault_client, job, train_steps)
 
-    archive = fault_client.get(f"/v1/jobs/{job['id']}/adapter.tar.gz")
+    # A killed worker: a new one takes the job from its latest periodic checkpoint.
+    wait_until(client, job_id, lambda j: j["steps_completed"] >= CHECKPOINT_EVERY + 3)
+    fault_stack.kill_worker(fault_stack.workers[0])
+    killed_at = client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    assert killed_at < TRAIN_STEPS
+    fault_stack.start_worker()
+    wait_until(
+        client,
+        job_id,
+        lambda j: j["status"] == "running" and j["steps_completed"] > killed_at,
+        timeout_s=300,
+    )
+
+    # Redis restarts empty mid-run, then Postgres goes away for a while.
+    fault_stack.restart_redis()
+    after_redis = client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    assert after_redis < TRAIN_STEPS
+    wait_until(client, job_id, lambda j: j["steps_completed"] >= after_redis + 2)
+    fault_stack.stop_postgres()
+    time.sleep(4)
+    fault_stack.start_postgres()
+
+    job = wait_for(client, job_id, timeout_s=300)
+    assert job["status"] == "succeeded", job["failure_reason"]
+    assert job["steps_completed"] == TRAIN_STEPS
+    assert_complete_record(client, job, TRAIN_STEPS)
+    steps = client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    assert {s["config_version"] for s in steps if s["step"] <= paused_at} == {1}
+    assert {s["config_version"] for s in steps if s["step"] > paused_at} == {2}
+    events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
+    kinds = [e["kind"] for e in events]
+    assert "worker_lost" in kinds
+    resumes = [e["data"]["checkpoint_step"] for e in events if e["kind"] == "resumed"]
+    assert resumes[0] == paused_at
+    assert paused_at < resumes[-1] <= killed_at and resumes[-1] % CHECKPOINT_EVERY == 0
+
+    # The worker is still consuming after the restarts.
+    follow_up = wait_for(client, slow_job(client, train_steps=2)["id"], timeout_s=300)
+    assert follow_up["status"] == "succeeded"
+
+    archive = client.get(f"/v1/jobs/{job_id}/adapter.tar.gz")
     assert archive.status_code == 200
     assert archive.headers["content-type"] == "application/gzip" and len(archive.content) > 1000
-    step_archive = fault_client.get(checkpoints[0]["download_path"])
+    step_archive = client.get(checkpoints[0]["download_path"])
     assert step_archive.status_code == 200
