@@ -28,7 +28,7 @@ from tests.integration.helpers import (
     upload_jsonl,
     wait_for,
 )
-from tests.integration.test_multi_rank import worker_logs
+from tests.integration.multi_rank_jobs import worker_logs
 from tests.layers import skip_without_gpu
 from tests.tiny import TINY_HYPERPARAMETERS
 

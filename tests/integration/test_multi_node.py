@@ -25,7 +25,7 @@ from service.stack import LocalStack
 from service.work_queue.queue import live_workers
 from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, wait_for, wait_until
-from tests.integration.test_multi_rank import (
+from tests.integration.multi_rank_jobs import (
     NEEDS_DEEPSPEED,
     NUM_GENERATIONS,
     PROMPTS_PER_STEP,
