@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,7 +43,12 @@ from workers.training.starting_weights import (
     reference_in_adapter_dtype,
 )
 from workers.training.step_reporting import StepReporter
-from workers.training.trainer_common import device_switch, load_tokenizer, train_and_save
+from workers.training.trainer_common import (
+    device_switch,
+    load_tokenizer,
+    shared_training_arguments,
+    train_and_save,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +291,6 @@ def _grpo_config(
     # torchrun says how many processes share the job; one process is a world of one.
     micro_batch, accumulation = per_rank_batches(hp, int(os.environ.get("WORLD_SIZE", "1")))
     return GRPOConfig(
-        output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so
         # a step's record, config version and advantages all describe the same samples. The
         # backward pass runs on micro-batches of that one generation (gradient accumulation),
@@ -297,7 +300,6 @@ def _grpo_config(
         steps_per_generation=accumulation,
         num_iterations=1,
         num_generations=hp.num_generations,
-        optim=model_options.optimizer_name(hp),
         max_completion_length=hp.max_completion_length,
         temperature=hp.temperature,
         top_p=hp.top_p,
@@ -309,41 +311,12 @@ def _grpo_config(
         # With stop sequences the trainer masks truncated completions itself (TRL would take
         # a completion ended by a stop sequence for a truncated one).
         mask_truncated_completions=hp.mask_truncated_completions and not hp.stop,
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type=hp.lr_scheduler_type,
-        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
-        warmup_steps=hp.warmup_ratio,
-        max_grad_norm=hp.max_grad_norm,
-        max_steps=hp.train_steps,
-        seed=hp.seed,
-        data_seed=hp.seed,
         shuffle_dataset=True,
         # Extra dataset columns are reward inputs, not model inputs: keep them.
         remove_unused_columns=False,
-        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail, so
-        # "auto" turns them on only with CUDA. (activation_checkpointing is transformers' new
-        # name; it overrides TRL's default True.)
-        bf16=use_bf16,
-        fp16=False,
-        activation_checkpointing=device_switch(hp.activation_checkpointing, auto=use_cuda),
-        dataloader_pin_memory=use_cuda,
-        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
-        # (docs/measured-facts.md, "One job on several processes").
-        use_cpu=not use_cuda,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
-        save_total_limit=spec.keep_checkpoints,
-        # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
-        save_only_model=False,
-        # Trackers read their settings from the environment (docs/deploy/monitoring.md);
-        # TensorBoard writes under output_dir/runs.
-        report_to=list(hp.report_to) or "none",
-        run_name=Path(spec.output_dir).name,  # the job id: the run's name in trackers
-        disable_tqdm=True,
         log_completions=False,
-        dataloader_num_workers=0,
         max_tool_calling_iterations=hp.max_turns,
+        **shared_training_arguments(spec, use_cuda=use_cuda, use_bf16=use_bf16),
         **(
             async_grpo_arguments()
             if hp.async_generation is not None

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +43,7 @@ from workers.training.trainer_common import (
     evaluation_due,
     float_or_none,
     load_tokenizer,
+    shared_training_arguments,
     train_and_save,
 )
 
@@ -118,38 +118,13 @@ def sft_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> SFTConf
             f"batch_size {batch_size} cannot be split evenly over {world_size} processes"
         )
     return SFTConfig(
-        output_dir=str(spec.output_dir),
         per_device_train_batch_size=batch_size // world_size,
         per_device_eval_batch_size=batch_size // world_size,
         gradient_accumulation_steps=1,
         max_length=hp.max_length or SFT_DEFAULTS["max_length"],
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type=hp.lr_scheduler_type,
-        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
-        warmup_steps=hp.warmup_ratio,
-        max_grad_norm=hp.max_grad_norm,
-        optim=model_options.optimizer_name(hp),
-        max_steps=hp.train_steps,
-        seed=hp.seed,
-        data_seed=hp.seed,
-        # TRL's defaults target GPUs (bf16, activation checkpointing): as run_grpo sets them.
-        bf16=use_bf16,
-        fp16=False,
-        activation_checkpointing=device_switch(hp.activation_checkpointing, auto=use_cuda),
-        dataloader_pin_memory=use_cuda,
-        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone.
-        use_cpu=not use_cuda,
         # Evaluated by the reporter (the eval loss rides on the step's record).
         eval_strategy="no",
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
-        save_total_limit=spec.keep_checkpoints,
-        save_only_model=False,
-        report_to=list(hp.report_to) or "none",
-        run_name=Path(spec.output_dir).name,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
+        **shared_training_arguments(spec, use_cuda=use_cuda, use_bf16=use_bf16),
     )
 
 

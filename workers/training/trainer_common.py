@@ -22,6 +22,7 @@ from transformers import (
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from service.artifacts.storage import OPTIMIZER_FILE
+from workers.training import model_options
 from workers.training.observer import TrainingObserver
 from workers.training.ranks import RankGroup
 from workers.training.spec import TrainingOutcome, TrainingSpec
@@ -44,6 +45,48 @@ def load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
 def device_switch(setting: bool | str, *, auto: bool) -> bool:
     """A hyperparameter that is True, False, or "auto" (what this device supports)."""
     return auto if setting == "auto" else bool(setting)
+
+
+def shared_training_arguments(
+    spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool
+) -> dict[str, Any]:
+    """The TrainingArguments GRPO's and SFT's configs share (GRPOConfig and SFTConfig are
+    both TrainingArguments): the schedule, the device, checkpoints and reporting."""
+    hp = spec.hyperparameters
+    return {
+        "output_dir": str(spec.output_dir),
+        "optim": model_options.optimizer_name(hp),
+        "learning_rate": hp.learning_rate,
+        "lr_scheduler_type": hp.lr_scheduler_type,
+        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
+        "warmup_steps": hp.warmup_ratio,
+        "max_grad_norm": hp.max_grad_norm,
+        "max_steps": hp.train_steps,
+        "seed": hp.seed,
+        "data_seed": hp.seed,
+        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail,
+        # so "auto" turns them on only with CUDA. (activation_checkpointing is transformers'
+        # new name; it overrides TRL's default True.)
+        "bf16": use_bf16,
+        "fp16": False,
+        "activation_checkpointing": device_switch(hp.activation_checkpointing, auto=use_cuda),
+        "dataloader_pin_memory": use_cuda,
+        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
+        # (docs/measured-facts.md, "One job on several processes").
+        "use_cpu": not use_cuda,
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": hp.checkpoint_every,
+        "save_total_limit": spec.keep_checkpoints,
+        # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
+        "save_only_model": False,
+        # Trackers read their settings from the environment (docs/deploy/monitoring.md);
+        # TensorBoard writes under output_dir/runs.
+        "report_to": list(hp.report_to) or "none",
+        "run_name": Path(spec.output_dir).name,  # the job id: the run's name in trackers
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
 
 
 def evaluation_due(step: int, last_step: int, every: int | None) -> bool:
