@@ -266,6 +266,16 @@ class Settings(BaseSettings):
         "job's max_prompt_length + max_completion_length when the prompt length is capped, "
         "else the model's own.",
     )
+    spare_fork: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="How a worker starts the warm training process (the spare) that takes its "
+        "next one-process job. `always`: forked from one template process that imported torch, "
+        "transformers and TRL once when the worker started (milliseconds per job); `never`: a "
+        "new Python per spare, which pays those imports (seconds of CPU) while the previous job "
+        "trains; `auto`: forked where the driver lists no GPU, a new Python where it does (a "
+        "fork after the CUDA driver started is unusable, and forking on a GPU machine is not "
+        "verified yet).",
+    )
     vllm_keep_engine: bool = Field(
         True,
         description="Colocate, one-process jobs: after a job, its training process keeps the "

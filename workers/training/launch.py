@@ -42,6 +42,7 @@ from workers.training.engines import (
     accelerate_config,
     check_engine_available,
 )
+from workers.training.forked_spares import SpareTemplate, TemplateGone, TrainingProcess
 from workers.training.observer import TrainingObserver
 from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
 from workers.training.spare import SPARE_PRIORITY_ENV
@@ -71,7 +72,7 @@ class _EngineHolder:
     """A one-process job's training process that kept its vLLM engine (kept_engine) and
     waits on stdin for the next job on ``base_model``."""
 
-    process: subprocess.Popen[bytes]
+    process: TrainingProcess
     base_model: str
 
 
@@ -109,25 +110,53 @@ class WarmProcesses:
     def __init__(self, *, keep_between_jobs: bool = True) -> None:
         # False: processes for one job only (no next spare, no engine kept after it).
         self._keep_between_jobs = keep_between_jobs
-        self._spare: subprocess.Popen[bytes] | None = None
+        self._spare: TrainingProcess | None = None
         self._engine_holder: _EngineHolder | None = None
+        # Where spares are forked (forked_spares): the warm template they come from.
+        self._forks_spares = keep_between_jobs and _forks_spares()
+        self._template: SpareTemplate | None = None
 
     def start_spare(self) -> None:
-        """Have a warm one-process trainer waiting for the next job (idempotent)."""
+        """Have a warm one-process trainer waiting for the next job (idempotent). Where spares
+        are forked and the template still warms up, none yet: ``take_spare`` waits for it."""
         if self._spare is not None and self._spare.poll() is None:
             return
-        # In the worker's session: its warm-up runs at the lowest CPU priority (SCHED_IDLE,
-        # nice 19), which only ranks it below threads of the same scheduling group. With
-        # autogroup scheduling (CONFIG_SCHED_AUTOGROUP, on in most distributions' kernels,
-        # where the worker is not in a cpu cgroup of its own) every session is such a group,
-        # and groups share the CPU evenly: in a session of its own the warm-up took half the
-        # CPU from the job it must not slow (bench/README.md, "The spare never slows a running
-        # job"). The comparison's "normal" (SPARE_PRIORITY_ENV) starts it as before, in a
-        # session of its own.
-        own_session = os.environ.get(SPARE_PRIORITY_ENV) == "normal"
-        self._spare = _start_rank_process(
-            module=SPARE_MODULE, stdin=subprocess.PIPE, own_session=own_session
+        self._spare = None
+        template = self._spare_template()
+        if template is not None:
+            if template.ready():
+                self._spare = self._fork_spare(template)
+            return
+        self._spare = self._start_new_spare()
+
+    def _start_new_spare(self) -> subprocess.Popen[bytes]:
+        return _start_rank_process(
+            module=SPARE_MODULE, stdin=subprocess.PIPE, own_session=_spares_in_own_session()
         )
+
+    def _spare_template(self) -> SpareTemplate | None:
+        """The template spares are forked from (started if none runs), or None where spares are
+        new processes: not forked here, or a template that cannot start on this thread."""
+        if not self._forks_spares:
+            return None
+        if self._template is not None:
+            if self._template.usable():
+                return self._template
+            logger.warning("the spare template exited; starting another")
+            self._template.stop()
+            self._template = None
+        # Its death signal follows the thread that starts it (as a spare's).
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        self._template = SpareTemplate(own_session=_spares_in_own_session())
+        return self._template
+
+    def _fork_spare(self, template: SpareTemplate) -> TrainingProcess:
+        try:
+            return template.fork_spare()
+        except TemplateGone as gone:
+            logger.warning("%s: starting a spare of its own", gone)
+            return self._start_new_spare()
 
     def stop(self) -> None:
         """Stop the spare and the engine's holder (the worker shuts down)."""
@@ -135,6 +164,9 @@ class WarmProcesses:
         if self._spare is not None:
             stop_process_group(self._spare, grace_s=2.0)
             self._spare = None
+        if self._template is not None:
+            self._template.stop()
+            self._template = None
 
     def release_engine_holder(self) -> None:
         """Stop the process that keeps a vLLM engine, giving its memory back (idempotent)."""
@@ -142,7 +174,7 @@ class WarmProcesses:
         if holder is not None:
             _stop_holder(holder)
 
-    def send_to_engine_holder(self, job_dir: Path, job: RankJob) -> subprocess.Popen[bytes] | None:
+    def send_to_engine_holder(self, job_dir: Path, job: RankJob) -> TrainingProcess | None:
         """The kept engine's process, given the job, when the job can use its engine: a GRPO
         job on the same base model (the process itself checks the rest of the engine's settings
         and starts a new engine when they differ). None otherwise, the holder stopped: every
@@ -160,7 +192,7 @@ class WarmProcesses:
         _stop_holder(holder)
         return None
 
-    def keep_engine_holder(self, process: subprocess.Popen[bytes], base_model: str) -> None:
+    def keep_engine_holder(self, process: TrainingProcess, base_model: str) -> None:
         """Keep ``process`` (its job done, its engine kept) for the next job on ``base_model``."""
         # Only the thread that lives as long as the worker may keep a process: its death
         # signal follows the thread that started it (a spare, started there too).
@@ -170,10 +202,21 @@ class WarmProcesses:
         self.release_engine_holder()
         self._engine_holder = _EngineHolder(process, base_model)
 
-    def take_spare(self) -> subprocess.Popen[bytes]:
+    def take_spare(self) -> TrainingProcess:
         """The warm spare (started now if none waits), the worker's no longer."""
         self.start_spare()
-        spare, self._spare = cast(subprocess.Popen[bytes], self._spare), None
+        if self._spare is None:  # the template warms up: the job waits for it, as for a spare
+            template = self._spare_template()
+            if template is not None and can_lower_threads():
+                # Its warm-up thread finishes at the worker's priority, where this worker may.
+                with contextlib.suppress(OSError):
+                    raise_lowered_threads(template.pid)
+            self._spare = (
+                self._fork_spare(template) if template is not None else self._start_new_spare()
+            )
+        spare, self._spare = self._spare, None
+        if not isinstance(spare, subprocess.Popen):
+            return spare  # forked at the worker's priority
         # The spare warms up at the lowest CPU priority, in a thread of its own (spare.py,
         # "The spare's priority"). A job now waits on it: where this worker may
         # (CAP_SYS_NICE), its threads get the worker's priority back before the job is sent,
@@ -192,12 +235,33 @@ class WarmProcesses:
             self.start_spare()
 
 
+def _spares_in_own_session() -> bool:
+    # In the worker's session: a spare's warm-up runs at the lowest CPU priority (SCHED_IDLE,
+    # nice 19), which only ranks it below threads of the same scheduling group. With
+    # autogroup scheduling (CONFIG_SCHED_AUTOGROUP, on in most distributions' kernels,
+    # where the worker is not in a cpu cgroup of its own) every session is such a group,
+    # and groups share the CPU evenly: in a session of its own the warm-up took half the
+    # CPU from the job it must not slow (bench/README.md, "The spare never slows a running
+    # job"). The comparison's "normal" (SPARE_PRIORITY_ENV) starts it as before, in a
+    # session of its own.
+    return os.environ.get(SPARE_PRIORITY_ENV) == "normal"
+
+
+def _forks_spares() -> bool:
+    """Whether this worker forks its spares from a template (``Settings.spare_fork``)."""
+    from service.settings import get_settings
+    from workers.training.cuda import driver_lists_gpus
+
+    mode = get_settings().spare_fork
+    return mode == "always" or (mode == "auto" and not driver_lists_gpus())
+
+
 def _stop_holder(holder: _EngineHolder) -> None:
     logger.info("stopping the training process that kept the vLLM engine of %s", holder.base_model)
     stop_process_group(holder.process)
 
 
-def _send_job(process: subprocess.Popen[bytes], job_dir: Path) -> None:
+def _send_job(process: TrainingProcess, job_dir: Path) -> None:
     # stdin stays open: a process that keeps its engine reads its next job there.
     stdin = cast(IO[bytes], process.stdin)
     stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
@@ -210,7 +274,7 @@ def _launch(
     warm: WarmProcesses,
     engine: str = "ddp",
     rendezvous: Rendezvous | None = None,
-) -> subprocess.Popen[bytes]:
+) -> TrainingProcess:
     """Start this machine's ``num_processes`` ranks; with a rendezvous, this machine's part of
     a job over several (every machine's launcher meets at node 0's address and port)."""
     if engine in ACCELERATE_ENGINES:
@@ -256,7 +320,7 @@ def _launch(
     return _start_rank_process("--exec", "--", *torchrun)
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+def stop_process_group(process: TrainingProcess, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process's group (every rank), SIGKILL what is left after ``grace_s``."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
@@ -388,7 +452,7 @@ def _check_engine(engine: str) -> None:
 
 
 def _accept(
-    listener: socket.socket, launcher: subprocess.Popen[bytes], watchdog: Watchdog | None = None
+    listener: socket.socket, launcher: TrainingProcess, watchdog: Watchdog | None = None
 ) -> Connection:
     listener.settimeout(0.5)
     while True:
@@ -408,7 +472,7 @@ def _accept(
 
 def _serve(
     connection: Connection,
-    launcher: subprocess.Popen[bytes],
+    launcher: TrainingProcess,
     observer: TrainingObserver,
     job_dir: Path,
     after_first_step: Callable[[], None] | None = None,
@@ -441,7 +505,7 @@ def _serve(
             after_first_step = None
 
 
-def _exited(launcher: subprocess.Popen[bytes], job_dir: Path) -> TrainingProcessError:
+def _exited(launcher: TrainingProcess, job_dir: Path) -> TrainingProcessError:
     deadline = time.monotonic() + 5
     while launcher.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

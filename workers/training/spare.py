@@ -180,7 +180,7 @@ _THREAD_STARTING_LIBRARIES = (
 )
 
 
-def _start_library_threads_here() -> None:
+def start_library_threads_here() -> None:
     """Load, on this thread (the job's), the libraries known to start threads when loaded, so
     that their threads get the job's priority. The library alone takes ~10 ms (the package's
     import, which then finds it loaded, ~0.2 s: pyarrow imports numpy); the package's import
@@ -209,7 +209,7 @@ def _start_library_threads_here() -> None:
             del os.environ["OPENBLAS_THREAD_TIMEOUT"]
 
 
-def _warm_up_in_background(lowest: bool, done: int) -> None:
+def warm_up_in_background(lowest: bool, done: int) -> None:
     """The spare's warm-up thread: at the lowest priority (``lowest``), then write to ``done``."""
     if lowest:
         with contextlib.suppress(OSError):  # refused here: it warms up at the worker's priority
@@ -280,10 +280,10 @@ def _run_spare() -> int:
     lowest = mode != "normal" and can_lower_threads() and not job_waiting
     may_raise = lowest and may_raise_priority()
     if lowest and not may_raise:
-        _start_library_threads_here()
+        start_library_threads_here()
     done_read, done_write = os.pipe()
     warm_up = threading.Thread(
-        target=_warm_up_in_background, args=(lowest, done_write), name="spare-warm-up", daemon=True
+        target=warm_up_in_background, args=(lowest, done_write), name="spare-warm-up", daemon=True
     )
     warm_up.start()
     sandbox_ahead = None
@@ -309,12 +309,44 @@ def _run_spare() -> int:
         left = raise_lowered_threads(os.getpid()) if may_raise else lowered_threads(os.getpid())
         if left:
             logger.warning("threads %s of the job's process stay at a lower priority", left)
+    return _run_jobs(job_dir, sandbox_ahead)
+
+
+def _run_jobs(job_dir: Path, sandbox_ahead: ProcessSandbox | None) -> int:
+    """Run the job in ``job_dir``, then, while its vLLM engine is kept, the next ones."""
     from service.settings import get_settings
     from workers.training.kept_engine import EngineKeeper
 
     # This process's engine, kept from job to job where the worker allows it.
     engines = EngineKeeper(may_keep=get_settings().vllm_keep_engine)
     return _take_jobs_while_keeping_engine(run_rank(job_dir, sandbox_ahead, engines), engines)
+
+
+def serve_forked() -> int:
+    """A spare forked from the warm template (``workers.training.spare_template``): the
+    imports are done; the rest of a spare's warm-up runs here, at the job's priority, then the
+    job the worker sends on stdin."""
+    _reseed_like_a_fresh_process()
+    _warm_first_step()
+    gc.freeze()
+    sandbox_ahead = _start_sandbox_ahead()
+    logger.info(SPARE_READY)
+    line = sys.stdin.readline()
+    if not line:  # the worker closed its end: no job came
+        if sandbox_ahead is not None:
+            sandbox_ahead.close()
+        return 0
+    return _run_jobs(Path(json.loads(line)["job_dir"]), sandbox_ahead)
+
+
+def _reseed_like_a_fresh_process() -> None:
+    """numpy seeds its global generator from the OS when imported: a fresh process gets its
+    own seed, but every child of the template would share the template's. (Python's ``random``
+    reseeds itself in a forked child; torch's default seed is the same fixed one in every
+    process until a job seeds it.)"""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def main() -> int:
