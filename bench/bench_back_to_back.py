@@ -22,11 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx
-from bench_first_step import submit_and_wait  # type: ignore[import-not-found]
-from synthetic import create_tenant_key, use_database  # type: ignore[import-not-found]
+from bench_first_step import demo_tenant, submit_and_wait  # type: ignore[import-not-found]
 
-from service.demo.follow import DEMO_DIR
 from service.stack import LocalStack
 
 LEASED = "job start (received -> running, lease taken)"
@@ -38,16 +35,8 @@ def series(mode: str, jobs: int, work: Path) -> tuple[list[dict[str, float]], fl
     """``jobs`` back-to-back jobs on a fresh stack whose worker starts spares as ``mode`` says;
     their timings (the first, cold job left out) and the series' wall time."""
     with LocalStack(work / mode, workers=1, extra_env={"RFT_SPARE_FORK": mode}) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
         worker_log = stack.log_dir / "worker1.log"
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=120) as http:
-            with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
-                response = http.post("/v1/datasets", files={"file": ("demo.jsonl", handle)})
-            response.raise_for_status()
-            dataset_id = response.json()["id"]
+        with demo_tenant(stack) as (http, dataset_id):
             submit_and_wait(http, dataset_id, worker_log)  # the cold first job
             started = time.perf_counter()
             timings = [submit_and_wait(http, dataset_id, worker_log) for _ in range(jobs)]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from service.settings import get_settings
-from tests.processes import alive
+from tests.processes import wait_gone
 from workers.training.forked_spares import ForkedSpare
 from workers.training.launch import WarmProcesses, stop_process_group
 
@@ -62,7 +62,7 @@ def test_spares_forked_from_the_template_end_on_their_own_and_with_it(
     fourth = warm.take_spare()
     warm.stop()
     assert fourth.wait(timeout=60) != 0
-    assert not alive(fourth.pid)
+    wait_gone([fourth.pid])  # its death signal comes once the template has exited
 
 
 def test_without_forking_a_spare_is_a_new_process(

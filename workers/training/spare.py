@@ -289,20 +289,13 @@ def _run_spare() -> int:
     sandbox_ahead = None
     if not _wait_for_warm_up_or_job(done_read):
         warm_up.join()
-        # At the job's priority, on this thread (both start threads the job goes on using).
-        _warm_first_step()
-        gc.freeze()
-        sandbox_ahead = _start_sandbox_ahead()
-        logger.info(SPARE_READY)
-    line = sys.stdin.readline()
-    if not line:  # the worker closed its end: no job came
-        if sandbox_ahead is not None:
-            sandbox_ahead.close()
+        sandbox_ahead = _finish_warm_up_here()
+    job_dir = _wait_for_job(sandbox_ahead)
+    if job_dir is None:  # the worker closed its end: no job came
         if warm_up.is_alive():  # mid-import: leave without the interpreter's teardown
             logging.shutdown()
             os._exit(0)
         return 0
-    job_dir = Path(json.loads(line)["job_dir"])
     if warm_up.is_alive():
         _finish_warm_up_for(job_dir, warm_up, may_raise)
     if lowest:  # threads a library started from the warm-up thread, if any
@@ -327,16 +320,30 @@ def serve_forked() -> int:
     imports are done; the rest of a spare's warm-up runs here, at the job's priority, then the
     job the worker sends on stdin."""
     _reseed_like_a_fresh_process()
+    sandbox_ahead = _finish_warm_up_here()
+    job_dir = _wait_for_job(sandbox_ahead)
+    return 0 if job_dir is None else _run_jobs(job_dir, sandbox_ahead)
+
+
+def _finish_warm_up_here() -> ProcessSandbox | None:
+    """The warm-up's last part, at the job's priority, on this thread (both start threads the
+    job goes on using): torch's first step, and the sandbox started ahead."""
     _warm_first_step()
     gc.freeze()
     sandbox_ahead = _start_sandbox_ahead()
     logger.info(SPARE_READY)
+    return sandbox_ahead
+
+
+def _wait_for_job(sandbox_ahead: ProcessSandbox | None) -> Path | None:
+    """The folder of the job the worker sends on stdin; None (the sandbox ahead closed) when
+    the worker closes its end instead."""
     line = sys.stdin.readline()
-    if not line:  # the worker closed its end: no job came
-        if sandbox_ahead is not None:
-            sandbox_ahead.close()
-        return 0
-    return _run_jobs(Path(json.loads(line)["job_dir"]), sandbox_ahead)
+    if line:
+        return Path(json.loads(line)["job_dir"])
+    if sandbox_ahead is not None:
+        sandbox_ahead.close()
+    return None
 
 
 def _reseed_like_a_fresh_process() -> None:
