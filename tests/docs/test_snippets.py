@@ -106,14 +106,15 @@ def run_folder(page: str, run: list[Snippet], folder: Path) -> None:
 
 
 def failing_curl(folder: Path) -> Path:
-    """A folder whose ``curl`` is the real one with --fail-with-body: an HTTP error a snippet
-    gets (a missing id, a refused body) fails it, its body shown, as -s alone would hide."""
+    """A folder whose ``curl`` is the real one with --fail-with-body --show-error: an HTTP
+    error a snippet gets (a missing id, a refused body) fails it and says so, where -s alone
+    would carry on silently."""
     real = shutil.which("curl")
     assert real is not None, "the shell snippets need curl"
     tools = folder / ".snippet-tools"
     tools.mkdir()
     curl = tools / "curl"
-    curl.write_text(f'#!/bin/sh\nexec {real} --fail-with-body "$@"\n')
+    curl.write_text(f'#!/bin/sh\nexec {real} --fail-with-body --show-error "$@"\n')
     curl.chmod(curl.stat().st_mode | stat.S_IXUSR)
     return tools
 
