@@ -1,5 +1,6 @@
-"""Every reward-function form the docs show (docs/guides/reward-functions.md, judges.md,
-agent-jobs.md, docs/agents.md) passes the pre-flight, called as training calls it: at job
+"""Every reward-function form the docs show passes the pre-flight: the reward snippets of every
+page (marked ``<!-- snippet: reward -->``, read from the pages), and the forms judges.md,
+agent-jobs.md and docs/agents.md describe in prose, called as training calls it: at job
 creation (jobs with and without tools), at config updates, and in
 ``POST /v1/reward-functions/test``. A function that is really broken is still refused, naming
 the problem, and error details show the user's lines only, never the sandbox's files.
@@ -15,6 +16,8 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from tests.code_rewards import TESTS
+from tests.docs.snippets import documented_rewards
 from tests.tiny import TINY_HYPERPARAMETERS
 
 ADD = '''def add(a: int, b: int) -> int:
@@ -27,19 +30,14 @@ ADD = '''def add(a: int, b: int) -> int:
     return a + b
 '''
 
-# name -> source, as the docs write them.
+# name -> source: every function of the docs' reward snippets (``<!-- snippet: reward -->``,
+# tests/docs/snippets.py), read from the pages, with the runtime packages their markers name.
+DOCUMENTED = documented_rewards()
+RUNTIME_PACKAGES = sorted({p for reward in DOCUMENTED.values() for p in reward.runtime_packages})
+NEED_PACKAGES = {name for name, reward in DOCUMENTED.items() if reward.runtime_packages}
 FORMS = {
-    # docs/guides/reward-functions.md: the per-sample (Predibase) form.
-    "per_sample": (
-        "def per_sample(prompt, completion, example) -> float:\n"
-        '    return float(example["answer"] in completion)\n'
-    ),
-    # docs/guides/reward-functions.md: the batch (TRL) form.
-    "batch": (
-        "def batch(prompts, completions, **kwargs) -> list[float]:\n"
-        "    return [len(c) / 100 for c in completions]\n"
-    ),
-    # docs/guides/judges.md: per-sample functions may be async.
+    **{name: reward.source for name, reward in DOCUMENTED.items()},
+    # docs/guides/judges.md: per-sample functions may be async (its judge calls OpenAI).
     "judge": (
         "import asyncio\n\n\n"
         "async def judge(prompt, completion, example):\n"
@@ -71,8 +69,10 @@ def client(idle_api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def dataset_id(client: httpx.Client) -> str:
+    # The columns the documented functions read: an answer, and tests for code to pass.
     rows = "\n".join(
-        json.dumps({"prompt": f"Say {word}", "answer": word}) for word in ("a", "b", "c", "d")
+        json.dumps({"prompt": f"Say {word}", "answer": word, "tests": TESTS})
+        for word in ("a", "b", "c", "d")
     ).encode()
     return str(client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"])
 
@@ -89,7 +89,11 @@ def job_body(dataset_id: str, functions: dict[str, str], *, agent: bool) -> dict
 
 
 def forms_of(agent: bool) -> list[str]:
-    return [*FORMS, "conversations"] if agent else list(FORMS)
+    """The forms a job's pre-flight runs. A job with runtime packages gets no pre-flight (only
+    its worker has them installed): functions that need packages are scored by the test
+    endpoint, which installs them (test_every_documented_form_scores_in_the_test_endpoint)."""
+    preflighted = [name for name in FORMS if name not in NEED_PACKAGES]
+    return [*preflighted, "conversations"] if agent else preflighted
 
 
 def source_of(name: str) -> str:
@@ -146,11 +150,11 @@ def test_every_documented_form_scores_in_the_test_endpoint(
 ) -> None:
     functions = {name: {"source": source} for name, source in FORMS.items()}
     samples = [
-        {"prompt": "Say a", "completion": "a and more", "example": {"answer": "a"}},
+        {"prompt": "Say a", "completion": "a and more", "example": {"answer": "a", "tests": TESTS}},
         {
             "prompt": [{"role": "user", "content": "Say b"}],
             "completion": "nothing",
-            "example": {"answer": "b"},
+            "example": {"answer": "b", "tests": TESTS},
         },
     ]
     for body in (
@@ -158,7 +162,8 @@ def test_every_documented_form_scores_in_the_test_endpoint(
         {"dataset_id": dataset_id, "completions": ["a b c d", "b"], "rows": 2},
     ):
         response = client.post(
-            "/v1/reward-functions/test", json={"reward_functions": functions, **body}
+            "/v1/reward-functions/test",
+            json={"reward_functions": functions, "runtime_packages": RUNTIME_PACKAGES, **body},
         )
         assert response.status_code == 200, response.text
         for name, result in response.json()["results"].items():

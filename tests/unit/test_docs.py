@@ -1,9 +1,10 @@
 """The docs site's pages stay true to the code: the generated reference pages are current and
-cover every setting and hyperparameter, every Python snippet and example compiles, and every
-snippet imports and calls the SDK (or the openai client) by names that exist.
+cover every setting and hyperparameter, every example compiles, and every Python snippet
+imports and calls the SDK (or the openai client) by names that exist.
 
 The site itself (broken links, missing pages) is built by scripts/test.sh with
-`mkdocs build --strict`; examples that need a running service are run by their own tests
+`mkdocs build --strict`; the snippets are compiled, parsed and run as their markers say by
+tests/docs/test_snippets.py; examples that need a running service are run by their own tests
 (tests/sdk/test_example.py, tests/sdk/test_agent_example.py).
 """
 
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.docs.snippets import snippets
+
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
 def _load(path: Path, name: str) -> ModuleType:
@@ -61,22 +62,8 @@ def test_a_field_without_a_description_fails_the_generator() -> None:
 
 
 def _snippets() -> list[tuple[str, str]]:
-    """(page#n, source) of every ```python block of the README and docs/."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    found = []
-    for page in pages:
-        for number, block in enumerate(PYTHON_BLOCK.findall(page.read_text()), 1):
-            found.append((f"{page.relative_to(ROOT)}#{number}", block))
-    return found
-
-
-@pytest.mark.parametrize(
-    ("where", "source"), [pytest.param(*snippet, id=snippet[0]) for snippet in _snippets()]
-)
-def test_python_snippets_compile(where: str, source: str) -> None:
-    # Snippets that need a running service (or a GPU) are checked for syntax here; the
-    # whole sessions they come from are example files run by the SDK tests.
-    compile(source, where, "exec")
+    """(page:line, source) of every ```python block of the README and docs/."""
+    return [(s.where, s.source) for s in snippets() if s.language == "python"]
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").rglob("*.py")), ids=str)
@@ -100,14 +87,6 @@ def test_the_gsm8k_rewards_score_the_tutorials_format() -> None:
     assert rewards.int_reward_func([""] * 2, [good, loose]) == [1.0, 0.0]
     partial, none = rewards.xmlcount_reward_func([""] * 2, [good, loose])
     assert partial > 0.4 and none == 0.0
-
-
-def test_docs_snippets_name_files_that_exist() -> None:
-    # A snippet that points at an example file must not name a missing one (issue 35: the
-    # GSM8K rewards.py the docs named was not in the repository).
-    for where, source in _snippets():
-        for path in re.findall(r"[\"'](examples/[\w/.-]+\.py)[\"']", source):
-            assert (ROOT / path).is_file(), f"{where} names {path}"
 
 
 def _sdk_uses(source: str) -> tuple[list[ast.ImportFrom | ast.Import], list[list[str]]]:
@@ -150,7 +129,7 @@ def _client_kinds() -> dict[str, str | None]:
     kinds: dict[str, str | None] = {}
     page_kind: dict[str, str | None] = {}
     for where, source in _snippets():
-        page = where.split("#")[0]
+        page = where.split(":")[0]
         for node in ast.walk(ast.parse(source)):
             if (
                 isinstance(node, ast.Assign)
