@@ -45,6 +45,8 @@ logger = logging.getLogger("workers.training.spare")
 
 # Logged once a spare has imported everything (bench/bench_first_step.py waits for it).
 SPARE_READY = "spare training process ready for a job"
+# Logged by a spare forked from the worker's template (spare_template), as it starts.
+FORKED_SPARE = "spare forked from the template"
 
 
 def _warm_imports() -> None:
@@ -320,6 +322,7 @@ def serve_forked() -> int:
     imports are done; the rest of a spare's warm-up runs here, at the job's priority, then the
     job the worker sends on stdin."""
     _reseed_like_a_fresh_process()
+    logger.info("%s (pid %d)", FORKED_SPARE, os.getpid())
     sandbox_ahead = _finish_warm_up_here()
     job_dir = _wait_for_job(sandbox_ahead)
     return 0 if job_dir is None else _run_jobs(job_dir, sandbox_ahead)
