@@ -35,6 +35,7 @@ def finished_job(
     *,
     name: str,
     functions: Mapping[str, str] | None = None,
+    train_steps: int = 1,
     **fields: Any,
 ) -> str:
     """A succeeded job of ``api_key``'s tenant with config v1: ``functions`` (name -> source)
@@ -49,7 +50,7 @@ def finished_job(
             dataset_id=dataset.id,
             name=name,
             base_model="rft-tiny",
-            hyperparameters={"train_steps": 1},
+            hyperparameters={"train_steps": train_steps},
             status="succeeded",
             started_at=datetime.now(UTC),
             finished_at=datetime.now(UTC),
