@@ -1,4 +1,5 @@
-"""The dashboard in a real browser, against the real stack, while a job trains."""
+"""The dashboard in a real browser, against the real stack: following a job while it trains,
+and drawing a finished run recorded as the worker records one (tests/ui/recorded_jobs.py)."""
 
 from __future__ import annotations
 
