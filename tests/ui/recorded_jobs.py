@@ -162,8 +162,8 @@ def function_metrics(
     weight)."""
     metrics = {}
     for name, (version, weight) in versions.items():
-        scores = [c.scores[name] for c in completions if c.scores.get(name) is not None]
-        mean = sum(scores) / len(scores) if scores else None  # type: ignore[arg-type]
+        scores = [score for c in completions if (score := c.scores.get(name)) is not None]
+        mean = sum(scores) / len(scores) if scores else None
         metrics[name] = FunctionStepMetrics(name, version, weight, mean, 0.1, len(scores), 0)
     return metrics
 
