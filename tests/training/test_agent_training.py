@@ -4,6 +4,7 @@ sandbox, the tiny tool-calling model (service.base_models.built_in.tiny_tool_mod
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from service.base_models.built_in.tiny_tool_model import (
     lookup_dataset,
 )
 from service.jobs.hyperparameters import Hyperparameters
+from tests.conftest import built_in_models_reused
 from tests.tiny import TINY_HYPERPARAMETERS
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
@@ -134,10 +136,12 @@ def tool_messages(trajectory: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def tool_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tool_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The tool-calling model's own cache: the shared one holds only rft-tiny (a test of the
-    tiny model checks that)."""
-    return tmp_path_factory.mktemp("tool-models")
+    tiny model checks that). It starts with the model an earlier session kept (built here
+    only when none was: tests/conftest.py)."""
+    with built_in_models_reused(tmp_path_factory.mktemp("tool-models")) as cache:
+        yield cache
 
 
 @pytest.fixture(scope="module")
