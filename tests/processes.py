@@ -80,21 +80,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_gone(pids: list[int], timeout_s: float = 60) -> None:
+def wait_gone(pids: list[int], timeout_s: float = 60, *, any_of: bool = False) -> None:
+    """Until every one of ``pids`` has ended, or with ``any_of`` one of them (which one a test
+    cannot always tell beforehand)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not any(alive(pid) for pid in pids):
+        running = [alive(pid) for pid in pids]
+        if not (all(running) if any_of else any(running)):
             return
         time.sleep(0.2)
     left = {pid: command_of(pid) for pid in pids if alive(pid)}
     raise AssertionError(f"training processes still running: {left}")
-
-
-def wait_gone_any(pids: list[int], timeout_s: float = 60) -> None:
-    """Until one of ``pids`` has ended (which one a test cannot always tell beforehand)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not all(alive(pid) for pid in pids):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"all still running: { {pid: command_of(pid) for pid in pids} }")

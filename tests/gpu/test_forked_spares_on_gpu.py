@@ -9,14 +9,14 @@ spare forked from one template, both train on the GPU in bf16. When it passes on
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import stack_of_its_own, tenant_client
+from tests.conftest import tenant_client
+from tests.gpu.conftest import stack_on_one_gpu
 from tests.integration.helpers import all_pages, train_a_share_job
 from tests.integration.multi_rank_jobs import worker_logs
 from workers.training.spare import FORKED_SPARE
@@ -28,16 +28,7 @@ GPUS_NEEDED = 1
 
 @pytest.fixture(scope="module")
 def forking_gpu_stack() -> Iterator[LocalStack]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-    with stack_of_its_own(
-        "rft-forked-gpu-",
-        env={
-            "RFT_WORKER_DEVICES": "1",
-            "CUDA_VISIBLE_DEVICES": visible,
-            "RFT_GENERATION_BACKEND": "transformers",
-            "RFT_SPARE_FORK": "always",
-        },
-    ) as stack:
+    with stack_on_one_gpu("rft-forked-gpu-", RFT_SPARE_FORK="always") as stack:
         yield stack
 
 

@@ -53,7 +53,6 @@ from tests.processes import (
     rank_pids,
     training_processes,
     wait_gone,
-    wait_gone_any,
 )
 
 pytestmark = pytest.mark.integration
@@ -276,7 +275,7 @@ def test_a_one_device_job_takes_a_spare_forked_from_the_template_not_torchrun(
     job = wait_for(ranks_client, job_id, timeout_s=300)
     assert (job["status"], job["num_devices"]) == ("cancelled", 1)
     # The spare that trained it ends with the job; the template stays for the next.
-    wait_gone_any(forked)
+    wait_gone(forked, any_of=True)
     assert alive(template)
 
 

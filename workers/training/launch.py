@@ -206,14 +206,12 @@ class WarmProcesses:
         """The warm spare (started now if none waits), the worker's no longer."""
         self.start_spare()
         if self._spare is None:  # the template warms up: the job waits for it, as for a spare
-            template = self._spare_template()
-            if template is not None and can_lower_threads():
+            template = cast(SpareTemplate, self._template)  # start_spare kept or started it
+            if can_lower_threads():
                 # Its warm-up thread finishes at the worker's priority, where this worker may.
                 with contextlib.suppress(OSError):
                     raise_lowered_threads(template.pid)
-            self._spare = (
-                self._fork_spare(template) if template is not None else self._start_new_spare()
-            )
+            self._spare = self._fork_spare(template)
         spare, self._spare = self._spare, None
         if not isinstance(spare, subprocess.Popen):
             return spare  # forked at the worker's priority
