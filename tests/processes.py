@@ -80,13 +80,10 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_gone(pids: list[int], timeout_s: float = 60, *, any_of: bool = False) -> None:
-    """Until every one of ``pids`` has ended, or with ``any_of`` one of them (which one a test
-    cannot always tell beforehand)."""
+def wait_gone(pids: list[int], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        running = [alive(pid) for pid in pids]
-        if not (all(running) if any_of else any(running)):
+        if not any(alive(pid) for pid in pids):
             return
         time.sleep(0.2)
     left = {pid: command_of(pid) for pid in pids if alive(pid)}

@@ -46,14 +46,7 @@ from tests.integration.multi_rank_jobs import (
     wait_for_worker_capacity,
     worker_logs,
 )
-from tests.processes import (
-    alive,
-    command_of,
-    parent_of,
-    rank_pids,
-    training_processes,
-    wait_gone,
-)
+from tests.processes import rank_pids, training_processes, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -243,40 +236,27 @@ def test_a_killed_rank_fails_the_job_and_stops_the_others(
     wait_gone(launched)
 
 
-def the_spare_template(worker: int, timeout_s: float = 60) -> int:
-    """The worker's spare template (a child of the worker; the spares are its children)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        templates = [
-            pid for pid in training_processes(worker, spares=True) if parent_of(pid) == worker
-        ]
-        if templates or time.monotonic() > deadline:
-            assert len(templates) == 1, templates
-            return templates[0]
-        time.sleep(0.2)
-
-
-def test_a_one_device_job_takes_a_spare_forked_from_the_template_not_torchrun(
+def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
     ranks_stack: LocalStack, ranks_client: httpx.Client
 ) -> None:
     worker = ranks_stack.workers[0].pid
-    wait_for_worker_capacity(ranks_stack)  # ready: its spare template starts right after
-    template = the_spare_template(worker)
-    assert "workers.training.spare_template" in command_of(template)
+    wait_for_worker_capacity(ranks_stack)  # ready: its spare starts right after the advert
+    deadline = time.monotonic() + 60
+    while not (waiting := list(training_processes(worker, spares=True))):
+        assert time.monotonic() < deadline, "the worker started no spare"
+        time.sleep(0.2)
+    assert len(waiting) == 1  # the spare, started with the worker
     job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100, num_devices=1)
     wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
     launched = training_processes(worker, spares=True)
     assert ranks_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    # The job trains in a spare the template forked (the next one may wait beside it): no new
-    # Python, no torchrun, no ranks.
-    forked = [pid for pid in launched if parent_of(pid) == template]
-    assert forked and set(launched) == {template, *forked}, launched
+    # The job trains in the spare that was waiting (plus the next spare), no torchrun, no ranks.
+    assert waiting[0] in launched
+    assert not any("torch.distributed.run" in command for command in launched.values())
     assert rank_pids(worker) == {}
     job = wait_for(ranks_client, job_id, timeout_s=300)
     assert (job["status"], job["num_devices"]) == ("cancelled", 1)
-    # The spare that trained it ends with the job; the template stays for the next.
-    wait_gone(forked, any_of=True)
-    assert alive(template)
+    wait_gone(waiting)
 
 
 @pytest.mark.parametrize(
