@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import functools
 import gc
 import logging
@@ -320,6 +321,9 @@ def _engine() -> str:
 
 
 def configure_logging() -> None:
+    # A crash in native code (a signal, an abort) prints every thread's Python stack to stderr,
+    # the worker's log: what the job's failure reason alone cannot say.
+    faulthandler.enable()
     rank = os.environ.get("RANK", "0")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT.replace("%(rank)s", rank)))
