@@ -39,7 +39,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,8 @@ from in_process import (  # type: ignore[import-not-found]
     InProcessSandbox,
     Run,
     TimedObserver,
+    recording_observer,
+    wait_for_steps,
 )
 from peft import LoraConfig
 from phases import (  # type: ignore[import-not-found]
@@ -64,7 +65,6 @@ from phases import (  # type: ignore[import-not-found]
     read_phases,
 )
 from synthetic import (  # type: ignore[import-not-found]
-    create_running_job,
     create_tenant_key,
     use_database,
 )
@@ -81,7 +81,6 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sandbox.api import RewardSandbox
 from sandbox.reward_host import ProcessSandbox
-from service.artifacts.storage import artifact_store
 from service.base_models.built_in.model_building import save_qwen2
 from service.base_models.built_in.tiny_model import build_tokenizer, ensure_tiny_model
 from service.demo import (
@@ -96,10 +95,6 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.totals import weighted_total
 from service.settings import get_settings, sandbox_settings
 from service.stack import LocalStack
-from workers.circuit_breaker import RewardCircuitBreaker
-from workers.database_observer import DatabaseObserver
-from workers.identity import WORKER_ID
-from workers.job_watch import JobWatcher
 from workers.training.generation import Generation, choose_generation, transformers_generation
 from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
 from workers.training.step_records import RewardConfig
@@ -350,37 +345,21 @@ def run_in_process(steps: int, work: Path, setup: Setup, *, sandboxed: bool, dat
         if sandboxed
         else InProcessSandbox()
     )
-    inner = None
-    watcher = None
-    if database:
-        tenant_id, _ = create_tenant_key()
-        job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
-        # As the worker runs it: job state from the LISTEN/NOTIFY watcher, not per-step reads.
-        watcher = JobWatcher(job_id, get_settings().require_database_url()).__enter__()
-        inner = DatabaseObserver(
-            job_id,
-            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
-            artifact_store(get_settings()),
-            watcher,
+    with recording_observer(database) as inner:
+        observer = TimedObserver(inner)
+        spec = TrainingSpec(
+            base_model=setup.base_model,
+            dataset=demo_dataset(),
+            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+            hyperparameters=demo_hyperparameters(steps),
+            output_dir=work / f"in-process-{time.monotonic_ns()}",
+            model_cache_dir=work / "models",
+            generation=setup.generation,
         )
-    observer = TimedObserver(inner)
-    spec = TrainingSpec(
-        base_model=setup.base_model,
-        dataset=demo_dataset(),
-        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-        hyperparameters=demo_hyperparameters(steps),
-        output_dir=work / f"in-process-{time.monotonic_ns()}",
-        model_cache_dir=work / "models",
-        generation=setup.generation,
-    )
-    try:
-        run_grpo(spec, sandbox, observer)
-    finally:
-        sandbox.close()
-        if inner is not None:
-            inner.close()
-        if watcher is not None:
-            watcher.__exit__(None, None, None)
+        try:
+            run_grpo(spec, sandbox, observer)
+        finally:
+            sandbox.close()
     run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
     run.rewards = observer.rewards
     run.reads_s = observer.reads_s / len(observer.ends)
@@ -399,26 +378,12 @@ def run_service(http: httpx.Client, steps: int, setup: Setup, phases_dir: Path) 
     request["base_model"] = setup.base_model
     response = http.post("/v1/jobs", json=request)
     response.raise_for_status()
-    job_id = response.json()["id"]
-    while True:
-        job = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            break
-        # Rarely: each poll costs the API and Postgres CPU that the 2-core machine's worker
-        # would otherwise have (polling every 50 ms slowed the service's steps measurably).
-        time.sleep(0.5)
-    run.end_to_end_s = time.perf_counter() - started
-    if job["status"] != "succeeded":
-        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
-    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
-    run.step_s = [b - a for a, b in itertools.pairwise(created)]
-    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    rows = wait_for_steps(http, response.json()["id"], run, started)
     run.rewards = [row["reward_mean"] for row in rows]
     run.function_means = [
         {name: metrics["mean"] for name, metrics in row["reward_functions"].items()} for row in rows
     ]
-    run.train_s = created[-1] - created[0] + rows[0]["duration_s"]
+    run.train_s = sum(run.step_s) + rows[0]["duration_s"]
     timed = read_phases(phases_dir, since_ns)
     if len(timed) != 1:
         raise RuntimeError(f"expected one phase file from the rank process, found {len(timed)}")

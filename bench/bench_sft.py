@@ -28,7 +28,6 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import torch
 from datasets import Dataset
-from in_process import THREADS_ENV, Run, TimedObserver  # type: ignore[import-not-found]
+from in_process import (  # type: ignore[import-not-found]
+    THREADS_ENV,
+    Run,
+    TimedObserver,
+    recording_observer,
+    wait_for_steps,
+)
 from peft import LoraConfig
 from synthetic import (  # type: ignore[import-not-found]
-    create_running_job,
     create_tenant_key,
     use_database,
 )
@@ -55,15 +59,9 @@ from transformers import (
 )
 from trl import SFTConfig, SFTTrainer
 
-from service.artifacts.storage import artifact_store
 from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.jobs.hyperparameters import Hyperparameters
-from service.settings import get_settings
 from service.stack import LocalStack
-from workers.circuit_breaker import RewardCircuitBreaker
-from workers.database_observer import DatabaseObserver
-from workers.identity import WORKER_ID
-from workers.job_watch import JobWatcher
 from workers.training.sft import run_sft, sft_config
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
@@ -203,26 +201,9 @@ class LossObserver(TimedObserver):
 def run_in_process(steps: int, work: Path, *, database: bool) -> Run:
     run = Run("run_sft" + (", DatabaseObserver" if database else ", no database"))
     started = time.perf_counter()
-    inner = None
-    watcher = None
-    if database:
-        tenant_id, _ = create_tenant_key()
-        job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
-        watcher = JobWatcher(job_id, get_settings().require_database_url()).__enter__()
-        inner = DatabaseObserver(
-            job_id,
-            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
-            artifact_store(get_settings()),
-            watcher,
-        )
-    observer = LossObserver(inner)
-    try:
+    with recording_observer(database) as inner:
+        observer = LossObserver(inner)
         run_sft(spec(steps, work / f"in-process-{time.monotonic_ns()}", work), observer)
-    finally:
-        if inner is not None:
-            inner.close()
-        if watcher is not None:
-            watcher.__exit__(None, None, None)
     run.end_to_end_s = time.perf_counter() - started
     run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
     run.rewards = observer.rewards
@@ -242,19 +223,7 @@ def run_service(http: httpx.Client, dataset_id: str, steps: int) -> Run:
         },
     )
     response.raise_for_status()
-    job_id = response.json()["id"]
-    while True:
-        job = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.5)  # rarely: polls cost the 2-core machine's worker CPU
-    run.end_to_end_s = time.perf_counter() - started
-    if job["status"] != "succeeded":
-        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
-    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
-    run.step_s = [b - a for a, b in itertools.pairwise(created)]
-    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    rows = wait_for_steps(http, response.json()["id"], run, started)
     run.rewards = [row["loss"] for row in rows]
     return run
 

@@ -1,18 +1,30 @@
 """What the overhead benches (bench_overhead.py, bench_sft.py) share: one thread for torch on
-both sides, a run's figures, and the in-process stand-ins that swap parts of the service out
-(rewards called in this process, an observer that keeps each step's end time)."""
+both sides, a run's figures, the in-process stand-ins that swap parts of the service out
+(rewards called in this process, an observer that keeps each step's end time), the worker's
+recording observer over a job row, and waiting for the service's run of a job."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+from synthetic import create_running_job, create_tenant_key  # type: ignore[import-not-found]
+
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
+from service.artifacts.storage import artifact_store
+from service.settings import get_settings
+from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database_observer import DatabaseObserver
+from workers.identity import WORKER_ID
+from workers.job_watch import JobWatcher
 from workers.training.step_records import RewardConfig, StepRecord
 
 # Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
@@ -109,3 +121,49 @@ class TimedObserver:
             return self.inner.poll_reward_config(current_version, starting_step)
         finally:
             self.reads_s += time.perf_counter() - started
+
+
+@contextmanager
+def recording_observer(database: bool) -> Iterator[DatabaseObserver | None]:
+    """The worker's DatabaseObserver over a new running job, its job state from the
+    LISTEN/NOTIFY watcher as the worker runs it (not read per step); closed, and its watcher
+    stopped, when the block ends. None without a database."""
+    if not database:
+        yield None
+        return
+    tenant_id, _ = create_tenant_key()
+    job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
+    with JobWatcher(job_id, get_settings().require_database_url()) as watcher:
+        observer = DatabaseObserver(
+            job_id,
+            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
+            artifact_store(get_settings()),
+            watcher,
+        )
+        try:
+            yield observer
+        finally:
+            observer.close()
+
+
+def wait_for_steps(
+    http: httpx.Client, job_id: str, run: Run, started: float
+) -> list[dict[str, Any]]:
+    """Waits for the service's job to end, then fills ``run``'s end-to-end time (since
+    ``started``), step times (between consecutive steps rows' created_at) and recorded
+    durations, and returns the steps rows. Raises unless the job succeeded."""
+    while True:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        # Rarely: each poll costs the API and Postgres CPU that the 2-core machine's worker
+        # would otherwise have (polling every 50 ms slowed the service's steps measurably).
+        time.sleep(0.5)
+    run.end_to_end_s = time.perf_counter() - started
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
+    rows: list[dict[str, Any]] = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
+    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
+    run.step_s = [b - a for a, b in itertools.pairwise(created)]
+    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    return rows
