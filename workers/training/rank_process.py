@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from sandbox.agent_api import AgentSandbox
     from sandbox.reward_host import ProcessSandbox
+    from sandbox.settings import SandboxSettings
     from workers.job_sandbox import JobAgentSandbox, JobRewardSandbox
     from workers.training.kept_engine import EngineKeeper
     from workers.training.ranks import RankGroup
@@ -79,6 +80,22 @@ class RankJob:
     # Without allow_network: the only hosts its sandboxes may reach (HTTP tools, endpoint
     # grader).
     egress_hosts: list[str] = field(default_factory=list)
+
+    def sandbox_settings(self, secrets: dict[str, str]) -> SandboxSettings:
+        """Where the job's user code runs (reward functions; tools and environments): this
+        deployment's limits, the network only as the job allows, ``secrets`` in the
+        environment, the job's runtime packages on the path."""
+        from service.settings import get_settings, sandbox_settings
+
+        settings = sandbox_settings(
+            get_settings(),
+            allow_network=self.allow_network,
+            secrets=secrets,
+            egress_hosts=self.egress_hosts,
+        )
+        if self.packages_path is not None:
+            settings.extra_python_paths = [self.packages_path]
+        return settings
 
 
 def die_with_parent() -> None:
@@ -173,19 +190,11 @@ def _open_sandbox(job: RankJob, started: ProcessSandbox | None = None) -> JobRew
     """The job's sandbox; ``started`` (a spare's, started before the job came) serves as its
     first processes when the job would start exactly the same sandbox, else it is closed."""
     from sandbox.reward_host import ProcessSandbox
-    from service.settings import get_settings, sandbox_settings
     from workers.job_sandbox import JobRewardSandbox
 
     def start(secrets: dict[str, str]) -> ProcessSandbox:
         nonlocal started
-        config = sandbox_settings(
-            get_settings(),
-            allow_network=job.allow_network,
-            secrets=secrets,
-            egress_hosts=job.egress_hosts,
-        )
-        if job.packages_path is not None:
-            config.extra_python_paths = [job.packages_path]
+        config = job.sandbox_settings(secrets)
         if started is not None:
             ahead, started = started, None
             if ahead.settings == config:
@@ -210,21 +219,12 @@ def _open_agent_sandbox(job: RankJob) -> JobAgentSandbox | None:
         return None
     from sandbox.agent_api import AgentLimits
     from sandbox.agent_host import create_agent_sandbox
-    from service.settings import get_settings, sandbox_settings
     from workers.job_sandbox import JobAgentSandbox
 
     limits = AgentLimits(tool_timeout_s=job.spec.hyperparameters.tool_timeout_s)
 
     def start(secrets: dict[str, str]) -> AgentSandbox:
-        settings = sandbox_settings(
-            get_settings(),
-            allow_network=job.allow_network,
-            secrets=secrets,
-            egress_hosts=job.egress_hosts,
-        )
-        if job.packages_path is not None:
-            settings.extra_python_paths = [job.packages_path]
-        return create_agent_sandbox(settings, limits)
+        return create_agent_sandbox(job.sandbox_settings(secrets), limits)
 
     return JobAgentSandbox(start, config.secrets)
 
