@@ -108,29 +108,11 @@ TINY_QWEN2_SHAPE: dict[str, Any] = {
 }
 
 
-def save_qwen2(
-    out_dir: Path,
-    tokenizer: Any,
-    *,
-    hidden_size: int,
-    intermediate_size: int,
-    num_hidden_layers: int,
-    num_attention_heads: int,
-    num_key_value_heads: int,
-    initializer_range: float,
-) -> None:
-    """A randomly initialised Qwen2 for ``tokenizer``, saved in ``out_dir`` (seeded: the same
+def save_qwen2(out_dir: Path, tokenizer: Any, **shape: Any) -> None:
+    """:func:`random_qwen2` of ``shape`` (its keyword arguments, as in
+    :data:`TINY_QWEN2_SHAPE`) for ``tokenizer``, saved in ``out_dir`` (seeded: the same
     arguments give byte-identical weights). Benchmarks build larger ones with it."""
-    model = random_qwen2(
-        tokenizer,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        initializer_range=initializer_range,
-    )
-    model.save_pretrained(out_dir)
+    random_qwen2(tokenizer, **shape).save_pretrained(out_dir)
 
 
 def random_qwen2(
