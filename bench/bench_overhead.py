@@ -52,6 +52,7 @@ from in_process import (  # type: ignore[import-not-found]
     InProcessSandbox,
     Run,
     TimedObserver,
+    local_service,
     recording_observer,
     wait_for_steps,
 )
@@ -63,10 +64,6 @@ from phases import (  # type: ignore[import-not-found]
     patch_grpo_train,
     phase_table,
     read_phases,
-)
-from synthetic import (  # type: ignore[import-not-found]
-    create_tenant_key,
-    use_database,
 )
 from transformers import (
     AutoModelForCausalLM,
@@ -94,7 +91,6 @@ from service.demo.follow import DEMO_DIR, demo_job_request
 from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.totals import weighted_total
 from service.settings import get_settings, sandbox_settings
-from service.stack import LocalStack
 from workers.training.generation import Generation, choose_generation, transformers_generation
 from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
 from workers.training.step_records import RewardConfig
@@ -522,30 +518,23 @@ def main() -> None:
     )
     runs: list[Run] = []
     parts: list[Run] = []
-    with LocalStack(work / "stack", workers=1, extra_env=stack_env) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            # Warm both sides (imports, the model build, vLLM's compile cache) before anything
-            # is timed.
-            run_service(http, 2, setup, phases_dir)
-            run_bare(2, work, setup)
-            for _ in range(args.rounds):
-                runs.append(run_bare(args.steps, work, setup))
-                runs.append(run_service(http, args.steps, setup, phases_dir))
-            # Where the difference goes: the worker's training code in this process, with
-            # the sandbox and the database put back one at a time; and the reward weighting.
-            for _ in range(args.rounds if args.variants else 0):
-                parts.append(run_bare(args.steps, work, setup))
-                parts.append(run_bare(args.steps, work, setup, summed=True))
-                for sandboxed, database in ((False, False), (True, False), (True, True)):
-                    parts.append(
-                        run_in_process(
-                            args.steps, work, setup, sandboxed=sandboxed, database=database
-                        )
-                    )
+    with local_service(work / "stack", stack_env) as http:
+        # Warm both sides (imports, the model build, vLLM's compile cache) before anything
+        # is timed.
+        run_service(http, 2, setup, phases_dir)
+        run_bare(2, work, setup)
+        for _ in range(args.rounds):
+            runs.append(run_bare(args.steps, work, setup))
+            runs.append(run_service(http, args.steps, setup, phases_dir))
+        # Where the difference goes: the worker's training code in this process, with
+        # the sandbox and the database put back one at a time; and the reward weighting.
+        for _ in range(args.rounds if args.variants else 0):
+            parts.append(run_bare(args.steps, work, setup))
+            parts.append(run_bare(args.steps, work, setup, summed=True))
+            for sandboxed, database in ((False, False), (True, False), (True, True)):
+                parts.append(
+                    run_in_process(args.steps, work, setup, sandboxed=sandboxed, database=database)
+                )
     summarize(runs)
     if parts:
         breakdown(parts, runs[0].rewards, runs[1].rewards)

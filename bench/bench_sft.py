@@ -40,14 +40,11 @@ from in_process import (  # type: ignore[import-not-found]
     THREADS_ENV,
     Run,
     TimedObserver,
+    local_service,
     recording_observer,
     wait_for_steps,
 )
 from peft import LoraConfig
-from synthetic import (  # type: ignore[import-not-found]
-    create_tenant_key,
-    use_database,
-)
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -61,7 +58,6 @@ from trl import SFTConfig, SFTTrainer
 
 from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.jobs.hyperparameters import Hyperparameters
-from service.stack import LocalStack
 from workers.training.sft import run_sft, sft_config
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
@@ -272,25 +268,20 @@ def main() -> None:
         + ("identical (run_name aside)" if not differences else "; ".join(differences))
     )
     runs: list[Run] = []
-    with LocalStack(work / "stack", workers=1, extra_env=THREADS_ENV) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            content = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
-            uploaded = http.post("/v1/datasets", files={"file": ("chats.jsonl", content)})
-            uploaded.raise_for_status()
-            dataset_id = uploaded.json()["id"]
-            # Warm every side (imports, the tiny model build) before anything is timed.
-            run_service(http, dataset_id, 2)
-            run_bare(2, work)
-            run_in_process(2, work, database=False)
-            for _ in range(args.rounds):
-                runs.append(run_bare(args.steps, work))
-                runs.append(run_in_process(args.steps, work, database=False))
-                runs.append(run_in_process(args.steps, work, database=True))
-                runs.append(run_service(http, dataset_id, args.steps))
+    with local_service(work / "stack", THREADS_ENV) as http:
+        content = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
+        uploaded = http.post("/v1/datasets", files={"file": ("chats.jsonl", content)})
+        uploaded.raise_for_status()
+        dataset_id = uploaded.json()["id"]
+        # Warm every side (imports, the tiny model build) before anything is timed.
+        run_service(http, dataset_id, 2)
+        run_bare(2, work)
+        run_in_process(2, work, database=False)
+        for _ in range(args.rounds):
+            runs.append(run_bare(args.steps, work))
+            runs.append(run_in_process(args.steps, work, database=False))
+            runs.append(run_in_process(args.steps, work, database=True))
+            runs.append(run_service(http, dataset_id, args.steps))
     summarize(runs)
     print(f"load average at end: {os.getloadavg()}")
 

@@ -1,7 +1,7 @@
 """What the overhead benches (bench_overhead.py, bench_sft.py) share: one thread for torch on
 both sides, a run's figures, the in-process stand-ins that swap parts of the service out
 (rewards called in this process, an observer that keeps each step's end time), the worker's
-recording observer over a job row, and waiting for the service's run of a job."""
+recording observer over a job row, and the service on this machine with a client of it."""
 
 from __future__ import annotations
 
@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from synthetic import create_running_job, create_tenant_key  # type: ignore[import-not-found]
+from synthetic import (  # type: ignore[import-not-found]
+    create_running_job,
+    create_tenant_key,
+    use_database,
+)
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from service.artifacts.storage import artifact_store
 from service.settings import get_settings
+from service.stack import LocalStack
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database_observer import DatabaseObserver
 from workers.identity import WORKER_ID
@@ -144,6 +149,20 @@ def recording_observer(database: bool) -> Iterator[DatabaseObserver | None]:
             yield observer
         finally:
             observer.close()
+
+
+@contextmanager
+def local_service(root: Path, extra_env: dict[str, str]) -> Iterator[httpx.Client]:
+    """The service on this machine (LocalStack: embedded Postgres and Redis, the API, one
+    Celery worker, ``extra_env`` in their environment) and a client of it as a new tenant;
+    this process's sessions use its database (the in-process variants record there)."""
+    with LocalStack(root, workers=1, extra_env=extra_env) as stack:
+        assert stack.database_url
+        use_database(stack.database_url)
+        _, key = create_tenant_key()
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
+            yield http
 
 
 def wait_for_steps(
