@@ -107,10 +107,8 @@ def our_hyperparameters(
     if isinstance(theirs.batch_size, int):
         values["prompts_per_step"] = theirs.batch_size
     prompts_per_step = values.get("prompts_per_step", base.prompts_per_step)
-    if isinstance(theirs.n_epochs, int):
-        if theirs.n_epochs < 1:
-            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
-        values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / prompts_per_step))
+    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, prompts_per_step)) is not None:
+        values["train_steps"] = train_steps
     if isinstance(theirs.learning_rate_multiplier, float | int):
         values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
     if isinstance(theirs.compute_multiplier, float | int):
@@ -129,6 +127,19 @@ def our_hyperparameters(
     if seed is not None:
         values["seed"] = seed
     return validated_hyperparameters(values, param="method.reinforcement.hyperparameters")
+
+
+def steps_for_epochs(n_epochs: object, rows: int, rows_per_step: object) -> int | None:
+    """OpenAI's n_epochs as our train_steps: steps of ``rows_per_step`` rows enough to go over
+    ``rows`` that many times. None keeps our train_steps: n_epochs "auto" or absent, or no
+    valid number of rows per step to count with (the hyperparameters' check then names it)."""
+    if not isinstance(n_epochs, int):
+        return None
+    if n_epochs < 1:
+        raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
+    if not isinstance(rows_per_step, int) or rows_per_step < 1:
+        return None
+    return max(1, math.ceil(n_epochs * rows / rows_per_step))
 
 
 def validated_hyperparameters(values: dict[str, Any], *, param: str) -> Hyperparameters:
@@ -261,11 +272,8 @@ def our_supervised_hyperparameters(
     if isinstance(theirs.batch_size, int):
         values["batch_size"] = theirs.batch_size
     batch_size = values.get("batch_size", base.batch_size)
-    if isinstance(theirs.n_epochs, int):
-        if theirs.n_epochs < 1:
-            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
-        if isinstance(batch_size, int) and batch_size >= 1:
-            values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / batch_size))
+    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, batch_size)) is not None:
+        values["train_steps"] = train_steps
     if isinstance(theirs.learning_rate_multiplier, float | int):
         values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
     if seed is not None:
