@@ -58,7 +58,7 @@ thin_env() {
       date -u +%FT%TZ > "$deps/.complete"
       echo "built the $kind dependency environment in $((SECONDS - started)) s: $deps"
     fi
-    touch "$deps/.complete"  # used: the pruning below keeps it
+    touch "$deps"  # used now: the pruning below (by modification time) keeps it
     # The two most recently used of this kind stay; older ones are removed unless in use.
     ls -1dt "$cache/$kind"-*/ 2>/dev/null | tail -n +3 | while read -r old; do
       old="${old%/}"
@@ -80,6 +80,7 @@ thin_env() {
     # Its commands (ruff, mypy, celery, mkdocs...) run with this environment's interpreter.
     local tool name
     for tool in "$deps"/bin/*; do
+      [ -f "$tool" ] || continue
       name="${tool##*/}"
       case "$name" in
         python* | activate* | Activate*) continue ;;
