@@ -267,15 +267,15 @@ class Settings(BaseSettings):
         "else the model's own.",
     )
     spare_fork: Literal["auto", "always", "never"] = Field(
-        "never",
+        "auto",
         description="How a worker starts the warm training process (the spare) that takes its "
         "next one-process job. `always`: forked from one template process that imported torch, "
-        "transformers and TRL once when the worker started (milliseconds per job); `never`: a "
-        "new Python per spare, which pays those imports (seconds of CPU) while the previous job "
-        "trains; `auto`: forked where the driver lists no GPU, a new Python where it does (a "
+        "transformers and TRL once when the worker started (milliseconds per job; the template "
+        "forks only as the one thread of its process, else the spare is a new Python); `never`: "
+        "a new Python per spare, which pays those imports (seconds of CPU) while the previous "
+        "job trains; `auto`: forked where the driver lists no GPU, a new Python where it does (a "
         "fork after the CUDA driver started is unusable, and forking on a GPU machine is not "
-        "verified yet). Default `never`: in one test run a forked spare's training process "
-        "aborted (SIGABRT) in ~1 of a few hundred jobs, cause not found yet.",
+        "verified yet).",
     )
     vllm_keep_engine: bool = Field(
         True,

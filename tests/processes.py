@@ -38,11 +38,15 @@ def descendants(root: int) -> set[int]:
 def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
     """The training launcher and ranks descending from ``root``: pid -> command line.
 
-    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``."""
+    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``. The
+    spare template (where spares are forked) trains nothing and is never listed; its forked
+    spares carry its command line, and it is their parent."""
     found: dict[int, str] = {}
     for pid in descendants(root):
         command = command_of(pid)
         if "workers.training.spare" in command and not spares:
+            continue
+        if is_spare_template(pid, command):
             continue
         if any(
             module in command
@@ -54,6 +58,15 @@ def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
         ):
             found[pid] = command
     return found
+
+
+def is_spare_template(pid: int, command: str | None = None) -> bool:
+    """Whether ``pid`` is a worker's spare template (not a spare it forked)."""
+    template = "workers.training.spare_template"
+    parent = parent_of(pid)
+    return template in (command or command_of(pid)) and (
+        parent is None or template not in command_of(parent)
+    )
 
 
 def rank_pids(root: int) -> dict[int, int]:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import IO, Protocol
 
-from workers.training.spare_template import MESSAGE_BYTES
+from workers.training.spare_template import FORK_SAFE_ENV, MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,17 @@ class TrainingProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-class TemplateGone(Exception):
+class CannotFork(Exception):
+    """No spare was forked: the launcher starts one as a new process instead."""
+
+
+class TemplateGone(CannotFork):
     """The template exited or closed its channel: no spare can be forked from it."""
+
+
+class ForkRefused(CannotFork):
+    """The template did not fork (e.g. a thread it could not leave behind was running): this
+    spare is started as a new process, and the template stays for the next."""
 
 
 class SpareTemplate:
@@ -63,6 +72,7 @@ class SpareTemplate:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", TEMPLATE_MODULE],
                 stdin=template_end.fileno(),
+                env={**FORK_SAFE_ENV, **os.environ},
                 # As a spare is started (launch.WarmProcesses.start_spare): its own process
                 # group in the worker's session, or a session of its own.
                 start_new_session=own_session,
@@ -74,6 +84,7 @@ class SpareTemplate:
         self._ready = False
         self._gone = False
         self._forked: list[int] = []
+        self._refusals: list[str] = []
         self._running: set[int] = set()
         self._exit_codes: dict[int, int] = {}
 
@@ -93,7 +104,7 @@ class SpareTemplate:
 
     def fork_spare(self) -> ForkedSpare:
         """A new spare, forked once the template is warm (waits for its warm-up).
-        Raises TemplateGone when the template is gone."""
+        Raises TemplateGone when the template is gone, ForkRefused when it did not fork."""
         read_end, write_end = os.pipe()
         with self._forking:
             try:
@@ -116,6 +127,9 @@ class SpareTemplate:
                     if self._forked:
                         pid = self._forked.pop(0)
                         break
+                    if self._refusals:
+                        os.close(write_end)
+                        raise ForkRefused(self._refusals.pop(0))
                     if self._gone:
                         os.close(write_end)
                         raise TemplateGone("the spare template exited before forking")
@@ -176,7 +190,7 @@ class SpareTemplate:
             elif message.get("ready"):
                 self._ready = True
             elif "error" in message:
-                logger.error("the spare template refused a request: %s", message["error"])
+                self._refusals.append(message["error"])
 
     def _mark_gone(self) -> None:
         if not self._gone:

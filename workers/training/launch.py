@@ -42,7 +42,7 @@ from workers.training.engines import (
     accelerate_config,
     check_engine_available,
 )
-from workers.training.forked_spares import SpareTemplate, TemplateGone, TrainingProcess
+from workers.training.forked_spares import CannotFork, SpareTemplate, TrainingProcess
 from workers.training.observer import TrainingObserver
 from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
 from workers.training.spare import SPARE_PRIORITY_ENV
@@ -154,8 +154,8 @@ class WarmProcesses:
     def _fork_spare(self, template: SpareTemplate) -> TrainingProcess:
         try:
             return template.fork_spare()
-        except TemplateGone as gone:
-            logger.warning("%s: starting a spare of its own", gone)
+        except CannotFork as why:
+            logger.warning("%s: starting a spare of its own", why)
             return self._start_new_spare()
 
     def stop(self) -> None:

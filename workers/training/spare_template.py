@@ -9,17 +9,22 @@ warms up as a spare does (same functions, same lowest-priority thread), then wai
 channel for fork requests. Each forked child is a spare from its warm part on
 (``spare.serve_forked``): torch's first step, the sandbox started ahead, the job on stdin.
 
-Why forking is safe here: the template never runs a torch operation (OpenMP's thread pool, which
-does not survive a fork, starts at the first one; ``_warm_first_step`` runs in each child) and
-never touches CUDA; the warm-up thread has ended before the first fork, so no import lock is
-held. On a machine whose driver lists a GPU the worker does not use the template unless told to
-(``Settings.spare_fork``): vLLM's and DeepSpeed's imports probe the accelerator, and a CUDA
-driver initialised before a fork is unusable in the child (not verified on a GPU).
+Why forking is safe here: the template forks only while it is the one thread of its process (it
+checks, and refuses a request otherwise: the worker then starts a spare of its own). A thread
+alive at the fork is missing in the child with whatever it held (a lock, an allocator's state):
+the warm-up thread has ended before the first fork; libraries that start threads when they load
+are told not to (``FORK_SAFE_ENV``: pyarrow's jemalloc background thread, a documented fork
+hazard, and OpenBLAS's pool); the template never runs a torch operation (OpenMP's pool starts at
+the first; ``_warm_first_step`` runs in each child) and never touches CUDA. On a machine whose
+driver lists a GPU the worker does not use the template unless told to (``Settings.spare_fork``):
+vLLM's and DeepSpeed's imports probe the accelerator, and a CUDA driver initialised before a fork
+is unusable in the child (not verified on a GPU).
 
 The channel is the worker's ``SOCK_SEQPACKET`` socket on fd 0, one JSON message per packet:
 - worker -> template: ``{"fork": true}`` with one file descriptor, the read end of the new
   spare's stdin (the worker keeps the write end: the job folder goes there, as to any spare);
-- template -> worker: ``{"ready": true}`` once warm; ``{"forked": pid}`` for each request;
+- template -> worker: ``{"ready": true}`` once warm; ``{"forked": pid}`` for each request, or
+  ``{"error": why}`` when it does not fork (the worker starts a new Python spare instead);
   ``{"exited": pid, "code": code}`` when a child ends (the worker cannot wait for a process
   that is not its own child; the code is Popen's: negative for a signal).
 The worker closes its end to stop the template; the children die with it (PR_SET_PDEATHSIG),
@@ -53,6 +58,11 @@ from workers.training.thread_priority import (
 logger = logging.getLogger("workers.training.spare_template")
 
 MESSAGE_BYTES = 4096
+# Set for the template (its children inherit them) unless the worker was given other values:
+# libraries that would otherwise start threads when they load. jemalloc's background thread
+# (pyarrow's allocator; the variable is its prefixed MALLOC_CONF) and OpenBLAS's pool (numpy's
+# BLAS; torch does the training's math with its own) would be alive at every fork.
+FORK_SAFE_ENV = {"JE_ARROW_MALLOC_CONF": "background_thread:false", "OPENBLAS_NUM_THREADS": "1"}
 # How often the template looks for ended children when nothing else wakes it (pidfds do, where
 # the kernel has them: Linux 5.3 and later).
 _REAP_INTERVAL_S = 1.0
@@ -118,6 +128,18 @@ class _Children:
             send(channel, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
+def other_threads() -> list[str]:
+    """The names of this process's threads other than the calling one (native ones included:
+    /proc lists every thread, ``threading`` only Python's)."""
+    own = threading.get_native_id()
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != own:
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+    return names
+
+
 def _fork_spare(channel: socket.socket, stdin_fd: int, children: _Children) -> int:
     """Fork a spare reading its job on ``stdin_fd``; in the child, never returns."""
     pid = os.fork()
@@ -162,6 +184,11 @@ def _serve(channel: socket.socket) -> None:
             return
         if not fds:
             send(channel, {"error": "a fork request carries the spare's stdin"})
+            continue
+        threads = other_threads()
+        if threads:
+            os.close(fds[0])
+            send(channel, {"error": f"not forking beside other threads: {', '.join(threads)}"})
             continue
         try:
             pid = _fork_spare(channel, fds[0], children)
