@@ -46,7 +46,15 @@ from tests.integration.multi_rank_jobs import (
     wait_for_worker_capacity,
     worker_logs,
 )
-from tests.processes import rank_pids, training_processes, wait_gone
+from tests.processes import (
+    descendants,
+    is_spare_template,
+    parent_of,
+    rank_pids,
+    started_at,
+    training_processes,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -240,23 +248,35 @@ def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
     ranks_stack: LocalStack, ranks_client: httpx.Client
 ) -> None:
     worker = ranks_stack.workers[0].pid
-    wait_for_worker_capacity(ranks_stack)  # ready: its spare starts right after the advert
+    wait_for_worker_capacity(ranks_stack)  # ready: its spare (or template) starts after the advert
+    # Waiting for the job: a spare (a new Python), or the template spares are forked from
+    # (RFT_SPARE_FORK), which forks the job's spare when the job comes.
     deadline = time.monotonic() + 60
-    while not (waiting := list(training_processes(worker, spares=True))):
+    while not (
+        (waiting := list(training_processes(worker, spares=True)))
+        or (templates := [pid for pid in descendants(worker) if is_spare_template(pid)])
+    ):
         assert time.monotonic() < deadline, "the worker started no spare"
         time.sleep(0.2)
-    assert len(waiting) == 1  # the spare, started with the worker
+    assert len(waiting) <= 1
     job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100, num_devices=1)
     wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
     launched = training_processes(worker, spares=True)
     assert ranks_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    # The job trains in the spare that was waiting (plus the next spare), no torchrun, no ranks.
-    assert waiting[0] in launched
+    # The job trains in a spare (plus the next spare), no torchrun, no ranks: the one that was
+    # waiting, or the first the template forked.
+    if waiting:
+        trained_in = waiting[0]
+    else:
+        forked = [pid for pid in launched if parent_of(pid) == templates[0]]
+        assert forked, launched
+        trained_in = min(forked, key=started_at)
+    assert trained_in in launched
     assert not any("torch.distributed.run" in command for command in launched.values())
     assert rank_pids(worker) == {}
     job = wait_for(ranks_client, job_id, timeout_s=300)
     assert (job["status"], job["num_devices"]) == ("cancelled", 1)
-    wait_gone(waiting)
+    wait_gone([trained_in])
 
 
 @pytest.mark.parametrize(
