@@ -41,6 +41,7 @@ import select
 import socket
 import sys
 import threading
+import time
 
 from workers.training.rank_process import LAUNCH_VARIABLES, configure_logging, die_with_parent
 from workers.training.spare import (
@@ -95,8 +96,19 @@ def _warm_up(channel: socket.socket) -> None:
     if channel.fileno() in ready and warm_up.is_alive() and may_raise:
         raise_lowered_threads(os.getpid())
     warm_up.join()
+    _wait_for_thread_exit(warm_up.native_id)
     os.close(done_read)
     os.close(done_write)
+
+
+def _wait_for_thread_exit(native_id: int | None, timeout_s: float = 5.0) -> None:
+    """Until the thread ``native_id`` has left the process: ``join`` returns once its Python
+    part is done, a moment before the OS thread exits, and the template forks only alone."""
+    deadline = time.monotonic() + timeout_s
+    while native_id is not None and os.path.exists(f"/proc/self/task/{native_id}"):
+        if time.monotonic() > deadline:
+            return  # the fork request then says which thread is still there
+        time.sleep(0.001)
 
 
 class _Children:
