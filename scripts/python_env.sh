@@ -59,11 +59,12 @@ thin_env() {
       echo "built the $kind dependency environment in $((SECONDS - started)) s: $deps"
     fi
     touch "$deps"  # used now: the pruning below (by modification time) keeps it
-    # The two most recently used of this kind stay; older ones are removed unless in use.
+    # The two most recently used of this kind stay; older ones are removed unless a setup holds
+    # them right now (a checkout still linked to one rebuilds it at its next setup).
     ls -1dt "$cache/$kind"-*/ 2>/dev/null | tail -n +3 | while read -r old; do
       old="${old%/}"
       [ "$old" = "$deps" ] && continue
-      ( flock -n 8 && rm -rf "$old" ) 8>"$old.lock" || true
+      ( flock -n 8 && rm -rf "$old" "$old.lock" ) 8>"$old.lock" || true
     done
   ) 9>"$deps.lock"
 

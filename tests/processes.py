@@ -8,22 +8,25 @@ import time
 from pathlib import Path
 
 
-def parent_of(pid: int) -> int | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the state on (field 3), or None if ``pid`` is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name may hold spaces or parentheses: the fields after its last ')' are fixed.
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def started_at(pid: int) -> int:
     """When ``pid`` started, in clock ticks since boot (0 if it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else 0
 
 
 def command_of(pid: int) -> str:
