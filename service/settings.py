@@ -153,8 +153,9 @@ class Settings(BaseSettings):
         ge=1,
         description="Devices (GPUs; on a CPU-only machine, processes) this worker can give one "
         "job: it takes jobs asking for 1..this many (num_devices) and advertises it to the "
-        "API. A 1-device job runs in a warm pre-started process; N > 1 starts N ranks under "
-        "torchrun (DDP; gloo on CPU) in the job's own session. Default: "
+        "API. A 1-device job runs in a warm pre-started process; N > 1 runs N ranks (DDP; gloo "
+        "on CPU): forked from the spare template where spares are forked (RFT_SPARE_FORK), "
+        "else under torchrun in the job's own session. Default: "
         "RFT_TRAINING_PROCESSES_PER_JOB, else 1.",
     )
     training_processes_per_job: int = Field(

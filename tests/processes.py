@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from workers.training.spare import RANK_PROCESS_NAME
+
 
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat's fields from the state on (field 3), or None if ``pid`` is gone."""
@@ -52,10 +54,14 @@ def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
 
     Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``. The
     spare template (where spares are forked) trains nothing and is never listed; its forked
-    spares carry its command line, and it is their parent."""
+    spares carry its command line, and it is their parent. Forked spares that became a job's
+    ranks (workers.training.launch.ForkedRanks) are ranks, named so (``forked_rank``)."""
     found: dict[int, str] = {}
     for pid in descendants(root):
         command = command_of(pid)
+        if forked_rank(pid) is not None:
+            found[pid] = command
+            continue
         if "workers.training.spare" in command and not spares:
             continue
         if is_spare_template(pid, command):
@@ -81,11 +87,27 @@ def is_spare_template(pid: int, command: str | None = None) -> bool:
     )
 
 
+def forked_rank(pid: int) -> int | None:
+    """The rank of a forked spare that became one of a job's ranks (its process name says it,
+    workers.training.spare.RANK_PROCESS_NAME), else None."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+    prefix = RANK_PROCESS_NAME.format(rank="")
+    rank = name.removeprefix(prefix)
+    return int(rank) if name.startswith(prefix) and rank.isdigit() else None
+
+
 def rank_pids(root: int) -> dict[int, int]:
-    """Rank number -> pid of the ranks under ``root`` (a rank's environment names its RANK)."""
+    """Rank number -> pid of the ranks under ``root`` (a rank's environment names its RANK; a
+    forked rank's environment is its template's, its process name says its rank)."""
     ranks: dict[int, int] = {}
     for pid, command in training_processes(root).items():
         if "torch.distributed.run" in command:
+            continue
+        if (forked := forked_rank(pid)) is not None:
+            ranks[forked] = pid
             continue
         try:
             environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -16,7 +16,7 @@ import pytest
 from service.settings import get_settings
 from tests.processes import parent_of, wait_gone
 from workers.training.forked_spares import ForkedSpare
-from workers.training.launch import WarmProcesses, stop_process_group
+from workers.training.launch import ForkedRanks, WarmProcesses, stop_process_group
 
 
 @pytest.fixture
@@ -71,10 +71,43 @@ def test_spares_forked_from_the_template_end_on_their_own_and_with_it(
     wait_gone([fourth.pid])  # its death signal comes once the template has exited
 
 
+def test_a_jobs_ranks_are_forked_into_one_group_and_end_with_the_first_that_fails(
+    spare_fork: Callable[[str], WarmProcesses],
+) -> None:
+    """A one-machine DDP job's ranks (launch.ForkedRanks): forked spares in the first rank's
+    process group, so stopping the group stops them all; the job's processes end as torchrun
+    does, with the first rank that fails. (The ranks training a job together, their launch
+    variables, names and logs: tests/integration/test_multi_rank.py.)"""
+    warm = spare_fork("always")
+    ranks = warm.fork_ranks(2)
+    assert ranks is not None and len(ranks) == 2
+    first, second = ranks
+    assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()
+    assert os.getpgid(first.pid) == os.getpgid(second.pid) == first.pid
+    job = ForkedRanks(ranks)
+    assert job.pid == first.pid and job.poll() is None
+
+    os.kill(second.pid, signal.SIGKILL)
+    assert second.wait(timeout=60) == -signal.SIGKILL
+    assert job.poll() == -signal.SIGKILL  # while the first still runs: the worker stops it
+    assert first.poll() is None
+    stop_process_group(job, grace_s=30)
+    assert first.returncode == -signal.SIGTERM
+
+    # Ranks that end cleanly (no job came: stdin closed) end the job cleanly.
+    clean = warm.fork_ranks(2)
+    assert clean is not None
+    for rank in clean:
+        assert rank.stdin is not None
+        rank.stdin.close()
+    assert ForkedRanks(clean).wait(timeout=120) == 0
+
+
 def test_without_forking_a_spare_is_a_new_process(
     spare_fork: Callable[[str], WarmProcesses],
 ) -> None:
     warm = spare_fork("never")
+    assert warm.fork_ranks(2) is None  # a job's ranks start under torchrun
     spare = warm.take_spare()
     assert isinstance(spare, subprocess.Popen)
     assert spare.args[-1] == "workers.training.spare"
@@ -97,6 +130,7 @@ def test_a_template_with_another_thread_does_not_fork(
     assert isinstance(spare, subprocess.Popen)
     assert spare.args[-1] == "workers.training.spare"
     assert "not forking beside other threads" in caplog.text
+    assert warm.fork_ranks(2) is None  # nor a job's ranks: they start under torchrun
     assert spare.stdin is not None
     spare.stdin.close()
     assert spare.wait(timeout=120) == 0

@@ -7,6 +7,10 @@ weights they drift apart as soon as training moves the policy. The control run s
 these settings the gap without sync is far above the bound.
 
 Validation generates with the same engine, after the same sync.
+
+The runs share one engine, kept from run to run as the worker's spare keeps it
+(workers.training.kept_engine; an adopted engine samples as a fresh one:
+test_vllm_engine_reuse.py): each engine start is seconds of CPU that says nothing new here.
 """
 
 from __future__ import annotations
@@ -90,6 +94,14 @@ def train(
     return observer
 
 
+@pytest.fixture(scope="module")
+def engines() -> Iterator[EngineKeeper]:
+    """The module's engine, kept between its runs; released at the end."""
+    keeper = EngineKeeper(may_keep=True)
+    yield keeper
+    keeper.release_kept()
+
+
 @pytest.fixture
 def without_weight_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from trl.generation.vllm_generation import VLLMGeneration
@@ -98,27 +110,32 @@ def without_weight_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def test_vllm_generates_with_the_trained_weights(tmp_path: Path) -> None:
-    observer = train(tmp_path / "synced", train_steps=5)
+def test_vllm_generates_with_the_trained_weights(tmp_path: Path, engines: EngineKeeper) -> None:
+    observer = train(tmp_path / "synced", train_steps=5, engines=engines)
     gaps = [record.extra_metrics.get(LOGP_GAP) for record in observer.records]
     assert len(gaps) == 5 and None not in gaps, "no vLLM sampling metrics: vLLM did not generate"
     assert max(gaps) < SYNCED_GAP_BOUND, gaps  # type: ignore[type-var]
 
 
 def test_control_without_weight_sync_the_gap_shows(
-    tmp_path: Path, without_weight_sync: None
+    tmp_path: Path, without_weight_sync: None, engines: EngineKeeper
 ) -> None:
-    observer = train(tmp_path / "stale", train_steps=3)
+    # A fresh engine, holding the base weights: a kept one holds the last run's, which no sync
+    # would replace here.
+    engines.release_kept()
+    observer = train(tmp_path / "stale", train_steps=3, engines=engines)
     gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
     # Step 1 generates with the base weights either way; the policy then moves without vLLM.
     assert gaps[0] < SYNCED_GAP_BOUND
     assert max(gaps[1:]) > STALE_GAP_FLOOR, gaps
 
 
-def test_micro_batched_steps_generate_once_each_with_the_trained_weights(tmp_path: Path) -> None:
+def test_micro_batched_steps_generate_once_each_with_the_trained_weights(
+    tmp_path: Path, engines: EngineKeeper
+) -> None:
     # 16 completions a step, backward in 4 micro-batches: vLLM still generates once per step,
     # with the weights of the step before.
-    observer = train(tmp_path / "micro", train_steps=3, micro_batch_size=4)
+    observer = train(tmp_path / "micro", train_steps=3, micro_batch_size=4, engines=engines)
     assert [record.step for record in observer.records] == [1, 2, 3]
     completions = TINY_HYPERPARAMETERS["prompts_per_step"] * TINY_HYPERPARAMETERS["num_generations"]
     assert all(len(record.completions) == completions for record in observer.records)
@@ -126,18 +143,21 @@ def test_micro_batched_steps_generate_once_each_with_the_trained_weights(tmp_pat
     assert max(gaps) < SYNCED_GAP_BOUND, gaps
 
 
-def test_a_live_temperature_change_reaches_vllm(tmp_path: Path) -> None:
+def test_a_live_temperature_change_reaches_vllm(tmp_path: Path, engines: EngineKeeper) -> None:
     # The trainer's log-probs switch to the new temperature at step 3; if vLLM kept sampling at
     # the old one, the gap between the two would be far above bf16 noise.
     observer = RecordingObserver(config_updates={3: letter_config(version=2, temperature=0.3)})
-    train(tmp_path / "temperature", train_steps=4, observer=observer)
+    train(tmp_path / "temperature", train_steps=4, observer=observer, engines=engines)
     assert [record.config_version for record in observer.records] == [1, 1, 2, 2]
     gaps = [record.extra_metrics[LOGP_GAP] for record in observer.records]
     assert max(gaps) < SYNCED_GAP_BOUND, gaps
 
 
 def test_validation_generates_with_vllm_after_syncing_the_trained_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    engines: EngineKeeper,
 ) -> None:
     """Each evaluation's generation goes through the colocated engine (greedy: temperature 0,
     while training samples), right after a sync of the weights as they stand after the step;
@@ -161,7 +181,9 @@ def test_validation_generates_with_vllm_after_syncing_the_trained_weights(
     monkeypatch.setattr(LLM, "generate", recorded_generate)
     caplog.set_level(logging.INFO, logger="workers.training.evaluation")
     validation = [{"prompt": f"Write {w}:"} for w in ("apple", "banana", "cherry")]
-    observer = train(tmp_path / "validated", train_steps=3, validation=validation, eval_every=1)
+    observer = train(
+        tmp_path / "validated", train_steps=3, validation=validation, eval_every=1, engines=engines
+    )
 
     assert calls == ["sync", "train"] + ["sync", "eval", "train"] * 2 + ["sync", "eval"], calls
     evaluations = [record.evaluation for record in observer.records]

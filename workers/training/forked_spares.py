@@ -102,9 +102,10 @@ class SpareTemplate:
         self._read(0)
         return self._ready and not self._gone
 
-    def fork_spare(self) -> ForkedSpare:
-        """A new spare, forked once the template is warm (waits for its warm-up).
-        Raises TemplateGone when the template is gone, ForkRefused when it did not fork."""
+    def fork_spare(self, group: int | None = None) -> ForkedSpare:
+        """A new spare, forked once the template is warm (waits for its warm-up), in a process
+        group of its own or in ``group``. Raises TemplateGone when the template is gone,
+        ForkRefused when it did not fork."""
         read_end, write_end = os.pipe()
         with self._forking:
             try:
@@ -112,7 +113,7 @@ class SpareTemplate:
                     if self._gone:
                         raise TemplateGone("the spare template has exited")
                     try:
-                        request = json.dumps({"fork": True}).encode()
+                        request = json.dumps({"fork": True, "group": group}).encode()
                         socket.send_fds(self._channel, [request], [read_end])
                     except OSError as error:
                         self._mark_gone()

@@ -1,8 +1,11 @@
 """The worker's side of a job's training processes: launch them, answer rank 0, stop them all.
 
 The worker never trains in its own process. One process: a warm spare (torch, transformers
-and TRL already imported) takes the job, so a small job pays no start-up. N processes:
-torchrun (``--standalone``: a free rendezvous port per job) starts N ranks. Either way the
+and TRL already imported) takes the job, so a small job pays no start-up. N processes on one
+machine: where spares are forked from a warm template, N forked spares become the job's ranks
+(``ForkedRanks``: the launch variables torchrun would set, no start-up either); elsewhere, and
+for jobs over several machines, torchrun (``--standalone``: a free rendezvous port per job)
+starts N ranks. Either way the
 launched process runs ``workers.training.rank_process`` in a session of its own, dies with
 the worker (PR_SET_PDEATHSIG), and rank 0 connects back to the job folder's unix socket; the
 worker answers its questions with its own observer (the database, the watcher, the circuit
@@ -151,6 +154,28 @@ class WarmProcesses:
         self._template = SpareTemplate(own_session=_spares_in_own_session())
         return self._template
 
+    def fork_ranks(self, num_processes: int) -> list[TrainingProcess] | None:
+        """``num_processes`` spares forked for the ranks of one job, in one process group (the
+        first's), or None where spares are not forked here or the template cannot fork them
+        all (the job's ranks then start as new processes, under torchrun). The waiting spare
+        stays for the next one-process job."""
+        template = self._spare_template()
+        if template is None:
+            return None
+        if not template.ready() and can_lower_threads():
+            with contextlib.suppress(OSError):  # as take_spare: the job waits on its warm-up
+                raise_lowered_threads(template.pid)
+        ranks: list[TrainingProcess] = []
+        try:
+            for _ in range(num_processes):
+                ranks.append(template.fork_spare(group=ranks[0].pid if ranks else None))
+        except CannotFork as why:
+            logger.warning("%s: the job's ranks start under torchrun", why)
+            for rank in ranks:
+                stop_process_group(rank, grace_s=2.0)
+            return None
+        return ranks
+
     def _fork_spare(self, template: SpareTemplate) -> TrainingProcess:
         try:
             return template.fork_spare()
@@ -259,11 +284,73 @@ def _stop_holder(holder: _EngineHolder) -> None:
     stop_process_group(holder.process)
 
 
-def _send_job(process: TrainingProcess, job_dir: Path) -> None:
+def _send_job(
+    process: TrainingProcess, job_dir: Path, rank_environment: dict[str, str] | None = None
+) -> None:
     # stdin stays open: a process that keeps its engine reads its next job there.
     stdin = cast(IO[bytes], process.stdin)
-    stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
+    message: dict[str, object] = {"job_dir": str(job_dir)}
+    if rank_environment:
+        message["rank_environment"] = rank_environment
+    stdin.write(json.dumps(message).encode() + b"\n")
     stdin.flush()
+
+
+def rank_environments(num_processes: int, master_port: int) -> list[dict[str, str]]:
+    """The launch variables torchrun (``--standalone``) gives each of ``num_processes`` ranks on
+    this machine: rank 0 serves the rendezvous store on ``master_port``. Like torchrun, one
+    OpenMP thread a rank unless the worker was given a count (ranks share the machine's cores)."""
+    common = {
+        "WORLD_SIZE": str(num_processes),
+        "LOCAL_WORLD_SIZE": str(num_processes),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "GROUP_RANK": "0",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    return [
+        {**common, "RANK": str(rank), "LOCAL_RANK": str(rank), "ROLE_RANK": str(rank)}
+        for rank in range(num_processes)
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class ForkedRanks:
+    """A one-machine DDP job's ranks, forked from the spare template (``WarmProcesses.fork_ranks``)
+    instead of started by torchrun: no Python start and no imports per rank (seconds of CPU
+    each). The launcher's ``TrainingProcess``, as torchrun is: its pid is the first rank's, whose
+    process group every rank joined (stopping the group stops them all); it ends with the first
+    rank that fails (its exit code; the worker then stops the rest, as torchrun does), or when
+    every rank has exited cleanly."""
+
+    def __init__(self, ranks: list[TrainingProcess]) -> None:
+        self._ranks = ranks
+        self.pid = ranks[0].pid
+        self.stdin: IO[bytes] | None = None
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            codes = [rank.poll() for rank in self._ranks]
+            failed = [code for code in codes if code not in (None, 0)]
+            if failed:
+                self.returncode = failed[0]
+            elif all(code == 0 for code in codes):
+                self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None or any(r.poll() is None for r in self._ranks):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"ranks of group {self.pid}", timeout or 0.0)
+            time.sleep(0.05)
+        return code
 
 
 def _launch(
@@ -300,6 +387,14 @@ def _launch(
         # The next spare starts once this job has recorded its first step (_serve), and warms
         # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
         return spare
+    if rendezvous is None:
+        ranks = warm.fork_ranks(num_processes)
+        if ranks is not None:
+            for rank, environment in zip(
+                ranks, rank_environments(num_processes, _free_port()), strict=True
+            ):
+                _send_job(rank, job_dir, environment)
+            return ForkedRanks(ranks)
     if rendezvous is None:
         placement = ["--standalone"]  # a free rendezvous port per job
     else:

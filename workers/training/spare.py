@@ -312,8 +312,10 @@ def _run_jobs(job_dir: Path, sandbox_ahead: ProcessSandbox | None) -> int:
     from service.settings import get_settings
     from workers.training.kept_engine import EngineKeeper
 
-    # This process's engine, kept from job to job where the worker allows it.
-    engines = EngineKeeper(may_keep=get_settings().vllm_keep_engine)
+    # This process's engine, kept from job to job where the worker allows it: a one-process
+    # job's (a rank of several ends with its job).
+    one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
+    engines = EngineKeeper(may_keep=get_settings().vllm_keep_engine and one_process)
     return _take_jobs_while_keeping_engine(run_rank(job_dir, sandbox_ahead, engines), engines)
 
 
@@ -340,13 +342,40 @@ def _finish_warm_up_here() -> ProcessSandbox | None:
 
 def _wait_for_job(sandbox_ahead: ProcessSandbox | None) -> Path | None:
     """The folder of the job the worker sends on stdin; None (the sandbox ahead closed) when
-    the worker closes its end instead."""
+    the worker closes its end instead. A job's rank other than the one of a one-process job
+    comes with its launch variables (``launch.ForkedRanks``)."""
     line = sys.stdin.readline()
     if line:
-        return Path(json.loads(line)["job_dir"])
+        message = json.loads(line)
+        if message.get("rank_environment"):
+            _become_rank(message["rank_environment"])
+        return Path(message["job_dir"])
     if sandbox_ahead is not None:
         sandbox_ahead.close()
     return None
+
+
+# The process name (/proc/PID/comm, what ps and top show) of a forked rank: its command line is
+# the template's, so this says which rank it is.
+RANK_PROCESS_NAME = "rft-rank{rank}"
+_PR_SET_NAME = 15
+
+
+def _become_rank(environment: dict[str, str]) -> None:
+    """A forked spare given one rank of a job over several processes: the launch variables
+    torchrun would set (RANK, WORLD_SIZE, MASTER_ADDR...), before the trainer reads them; log
+    lines and the process name that say which rank it is; torch's thread count from
+    OMP_NUM_THREADS, as a process started with it has (its pool started in the warm-up)."""
+    os.environ.update(environment)
+    configure_logging()
+    name = RANK_PROCESS_NAME.format(rank=environment.get("RANK", "?")).encode()[:15]
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
 
 
 def _reseed_like_a_fresh_process() -> None:

@@ -23,6 +23,8 @@ is unusable in the child (not verified on a GPU).
 The channel is the worker's ``SOCK_SEQPACKET`` socket on fd 0, one JSON message per packet:
 - worker -> template: ``{"fork": true}`` with one file descriptor, the read end of the new
   spare's stdin (the worker keeps the write end: the job folder goes there, as to any spare);
+  ``"group": pgid`` puts the child in that process group (a job's ranks share their first
+  rank's, ``launch.ForkedRanks``), not one of its own;
 - template -> worker: ``{"ready": true}`` once warm; ``{"forked": pid}`` for each request, or
   ``{"error": why}`` when it does not fork (the worker starts a new Python spare instead);
   ``{"exited": pid, "code": code}`` when a child ends (the worker cannot wait for a process
@@ -152,19 +154,23 @@ def other_threads() -> list[str]:
     return names
 
 
-def _fork_spare(channel: socket.socket, stdin_fd: int, children: _Children) -> int:
-    """Fork a spare reading its job on ``stdin_fd``; in the child, never returns."""
+def _fork_spare(
+    channel: socket.socket, stdin_fd: int, children: _Children, group: int | None = None
+) -> int:
+    """Fork a spare reading its job on ``stdin_fd``, in a process group of its own or in
+    ``group`` (the first rank's, for the other ranks of a job); in the child, never returns."""
     pid = os.fork()
     if pid != 0:
         # Both sides set the child's group (as shells do), so it is set before the worker
         # hears of the pid, whichever runs first.
         with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)
+            os.setpgid(pid, group or pid)
         return pid
     code = 1
     try:
-        # Its own process group (the worker stops the group), in the worker's session.
-        os.setpgid(0, 0)
+        # Its own process group, or its job's first rank's (the worker stops the group), in
+        # the worker's session.
+        os.setpgid(0, group or 0)
         die_with_parent()  # with the template, which dies with the worker
         for fd in children.pidfds():
             os.close(fd)
@@ -202,8 +208,9 @@ def _serve(channel: socket.socket) -> None:
             os.close(fds[0])
             send(channel, {"error": f"not forking beside other threads: {', '.join(threads)}"})
             continue
+        group = json.loads(message).get("group")
         try:
-            pid = _fork_spare(channel, fds[0], children)
+            pid = _fork_spare(channel, fds[0], children, group if isinstance(group, int) else None)
         finally:
             os.close(fds[0])
         children.add(pid)
