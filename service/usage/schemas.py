@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from datetime import date, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from rft import models
 
 NO_MEASUREMENT = "no measurement yet for this model on these workers"
 
@@ -54,26 +55,6 @@ class CostEstimate(BaseModel):
     note: str | None = Field(None, description="Why the list is empty or partial.")
 
 
-class UsageRow(BaseModel):
-    day: date | None = Field(None, description="The UTC day (group_by=day).")
-    job_id: str | None = Field(None, description="The job (group_by=job).")
-    gpu_seconds: float = Field(
-        description="Device-seconds held in the period (wall time x devices; paused and "
-        "queued time count nothing)."
-    )
-    tokens: int = Field(description="Completion tokens generated in the period.")
-    jobs: int = Field(description="Jobs that held devices or recorded steps in the period.")
-
-
-class Usage(BaseModel):
-    """The calling tenant's usage over [from, to)."""
-
-    start: datetime = Field(alias="from")
-    end: datetime = Field(alias="to")
-    group_by: UsageGrouping
-    gpu_seconds: float
-    tokens: int
-    jobs: int
-    rows: list[UsageRow]
-
-    model_config = {"populate_by_name": True}
+class Usage(models.Usage):
+    __doc__ = models.Usage.__doc__  # the API document's description of it
+    group_by: UsageGrouping = Field(description="'day' or 'job': what each of rows is.")
