@@ -152,6 +152,7 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
 
     from service.demo import demo_dataset
     from service.demo.rewards import letter_fraction
+    from workers.training.grpo import grpo_objective_arguments
 
     hp = hyperparameters(args)
     rows = demo_dataset()
@@ -182,14 +183,7 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
             per_device_train_batch_size=hp.resolved_micro_batch_size,
             gradient_accumulation_steps=hp.gradient_accumulation_steps,
             steps_per_generation=hp.gradient_accumulation_steps,
-            num_generations=hp.num_generations,
-            max_completion_length=hp.max_completion_length,
-            temperature=hp.temperature,
-            top_p=hp.top_p,
-            beta=hp.beta,
-            loss_type=hp.loss_type,
-            epsilon=hp.epsilon,
-            epsilon_high=hp.epsilon_high,
+            **grpo_objective_arguments(hp),
             learning_rate=hp.learning_rate,
             lr_scheduler_type=hp.lr_scheduler_type,
             max_grad_norm=hp.max_grad_norm,

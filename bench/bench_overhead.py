@@ -52,6 +52,7 @@ from in_process import (  # type: ignore[import-not-found]
     InProcessSandbox,
     Run,
     TimedObserver,
+    bare_cpu_arguments,
     local_service,
     recording_observer,
     wait_for_steps,
@@ -69,7 +70,6 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     PrinterCallback,
-    TrainerCallback,
     TrainerControl,
     TrainerState,
     TrainingArguments,
@@ -92,8 +92,9 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.totals import weighted_total
 from service.settings import get_settings, sandbox_settings
 from workers.training.generation import Generation, choose_generation, transformers_generation
-from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
+from workers.training.grpo import TrainingSpec, _grpo_config, grpo_objective_arguments, run_grpo
 from workers.training.step_records import RewardConfig
+from workers.training.trainer_common import StepLog, StepLogs
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -153,37 +154,14 @@ def bare_config(
         gradient_accumulation_steps=1,
         steps_per_generation=1,
         num_iterations=1,
-        num_generations=hp.num_generations,
-        max_completion_length=hp.max_completion_length,
-        temperature=hp.temperature,
-        top_p=hp.top_p,
-        beta=hp.beta,
-        loss_type=hp.loss_type,
-        epsilon_high=hp.epsilon_high,
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_steps=hp.train_steps,
-        seed=hp.seed,
-        data_seed=hp.seed,
+        **grpo_objective_arguments(hp),
+        **bare_cpu_arguments(hp, steps=hp.train_steps, seed=hp.seed),
         shuffle_dataset=True,
         remove_unused_columns=False,
-        bf16=False,
-        fp16=False,
-        activation_checkpointing=False,
-        dataloader_pin_memory=False,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
         save_total_limit=None,
-        save_only_model=False,
-        report_to="none",
-        disable_tqdm=True,
         log_completions=False,
-        dataloader_num_workers=0,
         # As the worker sets them (transformers' own default optimizer is adamw_torch_fused).
         optim="adamw_torch",
-        use_cpu=True,
         max_tool_calling_iterations=hp.max_turns,
         # The one addition: TRL weighs several reward functions itself.
         reward_weights=None if summed else [spec.weight for spec in demo_reward_functions()],
@@ -238,7 +216,7 @@ def demo_reward_callables() -> list[Any]:
     return [wrap(spec.name) for spec in demo_reward_functions()]
 
 
-class StepClock(TrainerCallback):
+class StepClock(StepLogs):
     def __init__(self, run: Run) -> None:
         self.run = run
         self.ends: list[float] = []
@@ -250,16 +228,9 @@ class StepClock(TrainerCallback):
         if self.first_begin is None:
             self.first_begin = time.perf_counter()
 
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **_: Any,
+    def on_step_logged(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: StepLog
     ) -> None:
-        if not logs or "loss" not in logs:
-            return
         self.ends.append(time.perf_counter())
         self.run.rewards.append(float(logs["reward"]))
         self.run.function_means.append(

@@ -40,6 +40,7 @@ from in_process import (  # type: ignore[import-not-found]
     THREADS_ENV,
     Run,
     TimedObserver,
+    bare_cpu_arguments,
     local_service,
     recording_observer,
     wait_for_steps,
@@ -49,7 +50,6 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     PrinterCallback,
-    TrainerCallback,
     TrainerControl,
     TrainerState,
     TrainingArguments,
@@ -61,6 +61,7 @@ from service.jobs.hyperparameters import Hyperparameters
 from workers.training.sft import run_sft, sft_config
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
+from workers.training.trainer_common import StepLog, StepLogs
 
 WORDS = ["apple", "banana", "cat", "dog", "alpha", "beta", "gamma", "data", "model", "token"]
 ROWS = [
@@ -105,24 +106,7 @@ def bare_config(steps: int, output_dir: Path) -> SFTConfig:
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
         max_length=64,
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_steps=steps,
-        seed=0,
-        data_seed=0,
-        bf16=False,
-        fp16=False,
-        activation_checkpointing=False,
-        dataloader_pin_memory=False,
-        use_cpu=True,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
-        save_only_model=False,
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
+        **bare_cpu_arguments(hp, steps=steps, seed=0),
     )
 
 
@@ -138,22 +122,16 @@ def config_differences(steps: int, work: Path) -> list[str]:
     ]
 
 
-class StepClock(TrainerCallback):
+class StepClock(StepLogs):
     def __init__(self) -> None:
         self.ends: list[float] = []
         self.losses: list[float] = []
 
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **_: Any,
+    def on_step_logged(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: StepLog
     ) -> None:
-        if logs and "loss" in logs:
-            self.ends.append(time.perf_counter())
-            self.losses.append(float(logs["loss"]))
+        self.ends.append(time.perf_counter())
+        self.losses.append(float(logs["loss"]))
 
 
 def run_bare(steps: int, work: Path) -> Run:

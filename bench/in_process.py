@@ -1,7 +1,8 @@
 """What the overhead benches (bench_overhead.py, bench_sft.py) share: one thread for torch on
-both sides, a run's figures, the in-process stand-ins that swap parts of the service out
-(rewards called in this process, an observer that keeps each step's end time), the worker's
-recording observer over a job row, and the service on this machine with a client of it."""
+both sides, the bare scripts' hand-written CPU settings, a run's figures, the in-process
+stand-ins that swap parts of the service out (rewards called in this process, an observer that
+keeps each step's end time), the worker's recording observer over a job row, and the service on
+this machine with a client of it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from synthetic import (  # type: ignore[import-not-found]
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from service.artifacts.storage import artifact_store
+from service.jobs.hyperparameters import Hyperparameters
 from service.settings import get_settings
 from service.stack import LocalStack
 from workers.circuit_breaker import RewardCircuitBreaker
@@ -35,6 +37,31 @@ from workers.training.step_records import RewardConfig, StepRecord
 # Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
 # spin-wait for each other made step times swing tenfold between runs.
 THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def bare_cpu_arguments(hp: Hyperparameters, *, steps: int, seed: int) -> dict[str, Any]:
+    """The TrainingArguments a user writes by hand to train on CPU as the worker does (each
+    bench's config_differences checks the whole config against the worker's own)."""
+    return {
+        "learning_rate": hp.learning_rate,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "max_steps": steps,
+        "seed": seed,
+        "data_seed": seed,
+        "bf16": False,
+        "fp16": False,
+        "activation_checkpointing": False,
+        "dataloader_pin_memory": False,
+        "use_cpu": True,
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": hp.checkpoint_every,
+        "save_only_model": False,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
 
 
 @dataclass

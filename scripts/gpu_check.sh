@@ -117,7 +117,7 @@ pip_from() {
 }
 
 setup_command="python3 -m venv $VENV; pip install $TORCH_PIN (PyPI's CUDA build);"
-setup_command+=" pip install -e .[$EXTRAS] $PINS; pip install -e ./sdk[cli]"
+setup_command+=" pip install -e .[$EXTRAS] -e ./sdk[cli] $PINS"
 [ -n "$WHEELHOUSE" ] && setup_command+=" (offline, from $WHEELHOUSE)"
 [ -n "${RFT_GPU_PYTHON:-}" ] && setup_command="none: RFT_GPU_PYTHON=$RFT_GPU_PYTHON as it is"
 [ -n "${RFT_GPU_PYTHON:-}" ] && [ -n "$overlay" ] && setup_command="pip install --no-deps \
@@ -193,7 +193,9 @@ if [ -n "$download_to" ]; then
 import sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project["optional-dependencies"]
-wanted, seen, out = sys.argv[1].split(","), set(), list(project["dependencies"])
+# rft-sdk is ./sdk, built into a wheel below, never downloaded.
+wanted, seen = sys.argv[1].split(","), set()
+out = [r for r in project["dependencies"] if not r.startswith("rft-sdk")]
 while wanted:
     extra = wanted.pop()
     if extra in seen:
@@ -406,9 +408,9 @@ setup() {
   pip_from "$python" --upgrade pip setuptools wheel
   # The torch pin first, alone: PyPI's Linux wheel of it is the CUDA build.
   pip_from "$python" "$TORCH_PIN"
+  # ./sdk in the same command: the service's rft-sdk requirement resolves to it.
   # shellcheck disable=SC2086 # PINS: several requirements
-  pip_from "$python" -e ".[$EXTRAS]" "$TORCH_PIN" $PINS
-  pip_from "$python" -e "./sdk[cli]"
+  pip_from "$python" -e ".[$EXTRAS]" -e "./sdk[cli]" "$TORCH_PIN" $PINS
   "$python" -c "import torch, vllm; assert torch.cuda.is_available(), 'torch sees no CUDA';
 print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__)"
 }

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 # build of torch first: an unpinned torch would pull several GB of CUDA packages.
 install_main_dependencies() {
   pip_with "$1" "torch==2.13.0"
-  pip_with "$1" -e ".[api,worker,embedded,dev,deepspeed]"
-  pip_with "$1" -e "./sdk[cli]"
+  # One command: the service's rft-sdk requirement resolves to ./sdk, not to an index.
+  pip_with "$1" -e ".[api,worker,embedded,dev,deepspeed]" -e "./sdk[cli]"
 }
 thin_env .venv main "$(env_key "$(declare -f install_main_dependencies)")" \
   install_main_dependencies

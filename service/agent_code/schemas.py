@@ -4,7 +4,6 @@ as the config shows them. Whether the code loads is checked in the sandbox
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any
 
 from pydantic import (
@@ -14,7 +13,6 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    field_validator,
     model_validator,
 )
 
@@ -22,6 +20,7 @@ from service.http_tools.schemas import HttpToolCreate
 from service.reward_functions.schemas import (
     FUNCTION_NAME,
     MAX_SOURCE_BYTES,
+    FiniteWeight,
     check_identifier_names,
 )
 
@@ -69,16 +68,9 @@ class EnvironmentCreate(BaseModel):
         description="Python source defining the class `class_name`.", max_length=MAX_SOURCE_BYTES
     )
     class_name: str = Field(pattern=FUNCTION_NAME.pattern, description="The class to use.")
-    weight: float = Field(
+    weight: FiniteWeight = Field(
         1.0, description="Multiplier of get_reward's score in the total, beside the functions'."
     )
-
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, weight: float) -> float:
-        if not math.isfinite(weight):
-            raise ValueError("weight must be a finite number")
-        return weight
 
 
 def check_tool_names(tools: list[Any]) -> list[Any]:

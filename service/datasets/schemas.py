@@ -1,28 +1,14 @@
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from pydantic import ConfigDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from rft import models
 
 
-class Dataset(BaseModel):
+# The SDK's models (docs/architecture.md, "Wire types"), read from the dataset's row.
+class Dataset(models.Dataset):
     model_config = ConfigDict(from_attributes=True)
 
-    id: str
-    name: str
-    file_format: str
-    row_count: int
-    columns: list[str]
-    prompt_kind: str
-    size_bytes: int
-    sha256: str
-    created_at: datetime
 
-
-class DatasetDetail(Dataset):
-    preview: list[dict[str, Any]] = Field(
-        description="The first 5 rows, for a glance: strings longer than 1000 characters are "
-        "cut and end in '… [N more characters]'; lists and objects show their first 50 "
-        "entries, then '… [N more items]' (a list) or a '…' key (an object)."
-    )
+class DatasetDetail(models.DatasetDetail):
+    model_config = ConfigDict(from_attributes=True)

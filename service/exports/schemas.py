@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from rft.models.exports import HubPush
 from service.exports.status import ExportStage, ExportStatus
 from service.parameters import INT32_MAX
 from service.secrets import SECRET_NAME
@@ -75,15 +76,6 @@ class ExportCreate(BaseModel):
         if self.kind == "adapter" and self.dtype != "auto":
             raise ValueError("dtype applies to merged exports only; an adapter ships as trained")
         return self
-
-
-class HubPush(BaseModel):
-    repo_id: str
-    private: bool
-    token_secret: str | None = Field(
-        None, description="The job secret the token came from; null: given with the request."
-    )
-    commit_url: str | None = Field(None, description="The hub commit, once pushed.")
 
 
 class Export(BaseModel):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from rft.models.exports import HubPush
 from service.artifacts.repository import CheckpointRepository
 from service.artifacts.storage import ArtifactStore
 from service.db import after_commit
@@ -20,7 +21,7 @@ from service.errors import BadRequest, Conflict, NotFound
 from service.exports.ownership import REQUEST_TOKEN
 from service.exports.repository import ExportRepository
 from service.exports.schemas import Export as ExportOut
-from service.exports.schemas import ExportCreate, HubPush
+from service.exports.schemas import ExportCreate
 from service.exports.status import ExportStatus
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus

@@ -10,18 +10,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The statuses are the SDK's (docs/architecture.md, "Wire types"); this module adds the moves.
+from rft.models.exports import ExportStatus
 from service.leases import StateMachine
-
-
-class ExportStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ExportStatus.SUCCEEDED, ExportStatus.FAILED)
 
 
 class ExportStage(StrEnum):

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
 
+from rft.models.config import DryRunResult, RescoredCompletion
 from sandbox.agent_api import answer_trajectory
 from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from service.datasets.repository import DatasetRepository
@@ -18,7 +19,7 @@ from service.job_configs.proposed import (
     secrets_after,
 )
 from service.job_configs.repository import JobConfigRepository
-from service.job_configs.schemas import DryRunResult, JobConfigUpdate, RescoredCompletion
+from service.job_configs.schemas import JobConfigUpdate
 from service.jobs.service import get_job
 from service.jobs.step_repository import StepRepository
 from service.models import Completion, Job

@@ -4,12 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 
+from rft.models.config import DryRunResult
 from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
 from service.errors import error_responses
 from service.job_configs import service
 from service.job_configs.dry_run import dry_run_update
-from service.job_configs.schemas import DryRunResult, JobConfig, JobConfigUpdate, JobConfigUpdated
+from service.job_configs.schemas import JobConfig, JobConfigUpdate, JobConfigUpdated
 
 router = APIRouter(prefix="/v1/jobs/{job_id}/config", tags=["live config"])
 

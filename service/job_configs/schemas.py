@@ -203,29 +203,3 @@ class JobConfigUpdated(BaseModel):
     added_environments: list[str] = Field(default_factory=list)
     removed_environments: list[str] = Field(default_factory=list)
     config: JobConfig
-
-
-class RescoredCompletion(BaseModel):
-    completion_id: int
-    prompt_index: int
-    group_position: int
-    old_scores: dict[str, float | None]
-    new_scores: dict[str, float | None]
-    old_total: float | None
-    new_total: float | None
-    old_advantage_sign: int
-    new_advantage_sign: int
-
-
-class DryRunResult(BaseModel):
-    dry_run: bool = True
-    step: int | None = Field(description="The step re-scored; null when none is recorded yet.")
-    completions: list[RescoredCompletion]
-    advantage_sign_changes: int
-    errors: dict[str, list[str]] = Field(description="Per function, the errors it raised.")
-    not_scored: list[str] = Field(
-        default_factory=list,
-        description="Reward models naming another model than the one that scored the step: "
-        "checked, not run (the API has no model runtime); null in new_scores and left out "
-        "of new totals. An entry keeping its model keeps its recorded scores.",
-    )

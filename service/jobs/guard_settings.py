@@ -7,19 +7,12 @@ docs/guards.md explains each guard.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GuardName = Literal[
-    "reward_divergence",
-    "length_drift",
-    "reward_dominance",
-    "kl_shift",
-    "entropy_shift",
-    "repetition",
-    "group_agreement",
-]
+from rft.models.guards import GuardName
+
 GUARD_NAMES: tuple[str, ...] = get_args(GuardName)
 
 

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from rft import models
 from service.agent_code.schemas import (
     ENVIRONMENT_GIVEN,
     AgentCodeInput,
@@ -418,159 +419,43 @@ class Job(BaseModel):
         return int(self.hyperparameters["train_steps"])
 
 
-class FunctionStepMetrics(BaseModel):
-    version: int
-    weight: float
-    mean: float | None
-    std: float | None
-    scored: int
-    errors: int
-    error_rate: float
+# What a job records, as the SDK reads it (rft.models.steps): the server builds them from its
+# rows. Agent metrics and trajectories go out as the worker stored them, not re-validated
+# through the SDK's typed views of them (a worker newer than this API may add keys).
 
 
-class ImportanceSamplingRatios(BaseModel):
-    min: float | None
-    mean: float | None
-    max: float | None
-
-
-class AsyncGenerationStep(BaseModel):
-    """How off-policy a step of an async-generation job trained (docs/async-generation.md)."""
-
-    max_staleness: int = Field(description="The job's bound.")
-    policy_version: int = Field(
-        description="The policy that trained this step: optimizer steps taken before it (step - 1)."
-    )
-    rollout_policy_versions: list[int] = Field(
-        description="The policy versions whose weights the rollout engine held when it "
-        "sampled this step's rollouts (as the engine reported them), one per prompt group."
-    )
-    staleness_max: int = Field(description="policy_version - the oldest rollout version.")
-    staleness_mean: float
-    sampling_config_versions: list[int] = Field(
-        description="Live-config versions whose temperature/top_p sampled the rollouts (the "
-        "version when their generation was requested). The rewards were scored under the "
-        "step's config_version, at training time."
-    )
-    importance_sampling_ratio: ImportanceSamplingRatios = Field(
-        description="Per-token ratio of the training policy's probability to the sampler's "
-        "(TRL's vllm_importance_sampling_correction, after its clipping), over the step."
-    )
-
-
-class Step(BaseModel):
+class Step(models.Step):
     model_config = ConfigDict(from_attributes=True)
 
-    step: int
-    config_version: int
-    reward_mean: float | None
-    reward_std: float | None
-    loss: float | None
-    kl: float | None
-    learning_rate: float | None
-    duration_s: float
-    frac_reward_zero_std: float | None = Field(
-        None,
-        description="Share of the step's groups whose completions all got the same reward: "
-        "GRPO learns nothing from them.",
+    agent_metrics: dict[str, Any] | None = Field(  # type: ignore[assignment]
+        None, description=models.Step.model_fields["agent_metrics"].description
     )
-    reward_functions: dict[str, FunctionStepMetrics]
-    agent_metrics: dict[str, Any] | None = Field(
-        None,
-        description="Agent jobs (tools or environments): tool calls and turns per rollout, "
-        "the share of rollouts cut off at max_turns, and per tool its calls, errors by kind, "
-        "error rate and mean duration. null for single-answer jobs.",
-    )
-    metrics: dict[str, float] | None = Field(
-        None,
-        description="Supervised (method 'sft') jobs: what TRL logged beside loss and "
-        "learning_rate: grad_norm, mean_token_accuracy, entropy, num_tokens (tokens trained "
-        "on so far), and eval_loss and eval_mean_token_accuracy at evaluated steps (an SFT "
-        "step's reward fields are null). null for GRPO steps.",
-    )
-    async_generation: AsyncGenerationStep | None = Field(
-        None,
-        description="Jobs with hyperparameters.async_generation: which policy versions "
-        "sampled the step's rollouts and how stale they were, the config versions they were "
-        "sampled under, and the importance-sampling ratios that corrected for it. null for "
-        "other jobs.",
-    )
-    created_at: datetime
 
 
-class Evaluation(BaseModel):
-    """The adapter after ``step``, scored on the validation prompts by the job's reward
-    functions (the config version in force at that step)."""
-
+class Evaluation(models.Evaluation):
+    __doc__ = models.Evaluation.__doc__  # the API document's description of it
     model_config = ConfigDict(from_attributes=True)
 
-    step: int
-    config_version: int
-    reward_mean: float | None = Field(description="Mean weighted total over the samples.")
-    reward_std: float | None
-    prompts: int = Field(description="Validation prompts evaluated.")
-    samples: int = Field(description="Completions scored (prompts x eval_samples).")
-    duration_s: float
-    reward_functions: dict[str, FunctionStepMetrics]
-    agent_metrics: dict[str, Any] | None = Field(
-        None, description="Agent jobs: as a step's, over the validation rollouts."
-    )
-    created_at: datetime
-
-
-class Completion(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: int
-    step: int
-    config_version: int
-    prompt_index: int
-    group_position: int
-    dataset_index: int | None
-    prompt: Any
-    completion: str
-    scores: dict[str, float | None]
-    total: float | None
-    advantage: float | None
-    token_count: int
-    trajectory: list[dict[str, Any]] | None = Field(
-        None,
-        description="Agent jobs: the whole rollout as chat messages, in order, as the worker "
-        "recorded them (assistant turns with their tool calls, tool results with errors and "
-        "durations). null for single-answer jobs.",
+    agent_metrics: dict[str, Any] | None = Field(  # type: ignore[assignment]
+        None, description=models.Evaluation.model_fields["agent_metrics"].description
     )
 
 
-class JobEvent(BaseModel):
+class Completion(models.Completion):
     model_config = ConfigDict(from_attributes=True)
 
-    id: int
-    kind: str
-    message: str
-    step: int | None
-    data: dict[str, Any]
-    created_at: datetime
+    trajectory: list[dict[str, Any]] | None = Field(  # type: ignore[assignment]
+        None, description=models.Completion.model_fields["trajectory"].description
+    )
 
 
-class RewardLog(BaseModel):
+class JobEvent(models.JobEvent):
     model_config = ConfigDict(from_attributes=True)
 
-    id: int
-    step: int
-    function_name: str
-    function_version: int
-    output: str
-    truncated: bool
 
-
-class RewardErrorOut(BaseModel):
+class RewardLog(models.RewardFunctionLog):
     model_config = ConfigDict(from_attributes=True)
 
-    id: int
-    step: int
-    function_name: str
-    function_version: int
-    kind: str
-    message: str
-    traceback: str | None
-    sample_index: int | None
+
+class RewardErrorOut(models.RewardError):
+    model_config = ConfigDict(from_attributes=True)

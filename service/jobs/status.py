@@ -11,30 +11,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The statuses are the SDK's (docs/architecture.md, "Wire types"); this module adds the moves.
+from rft.models.jobs import JobStatus
 from service.leases import StateMachine
 
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    PAUSING = "pausing"
-    PAUSED = "paused"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-    @property
-    def has_worker(self) -> bool:
-        """A worker holds the job (its lease): the statuses a lost worker is looked for in."""
-        return self in OWNED_STATUSES
-
-
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-OWNED_STATUSES = frozenset({JobStatus.RUNNING, JobStatus.PAUSING})
+TERMINAL_STATUSES = frozenset(status for status in JobStatus if status.is_terminal)
+OWNED_STATUSES = frozenset(status for status in JobStatus if status.has_worker)
 
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),

@@ -57,17 +57,20 @@ REWARD_MODEL_SETTINGS = ("batch_size", "max_length")
 MAX_MODEL_NAME_CHARS = 500
 
 
+def _finite_weight(weight: float) -> float:
+    if not math.isfinite(weight):
+        raise ValueError("weight must be a finite number")
+    return weight
+
+
+# A score's multiplier in the total: reward functions', reward models' and environments'.
+FiniteWeight = Annotated[float, AfterValidator(_finite_weight)]
+
+
 class WeightedReward(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    weight: float = Field(1.0, description="Multiplier of this reward's score in the total.")
-
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, weight: float) -> float:
-        if not math.isfinite(weight):
-            raise ValueError("weight must be a finite number")
-        return weight
+    weight: FiniteWeight = Field(1.0, description="Multiplier of this reward's score in the total.")
 
 
 class RewardFunctionSettings(WeightedReward):

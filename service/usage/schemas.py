@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from datetime import date, datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from rft import models
 
 NO_MEASUREMENT = "no measurement yet for this model on these workers"
 
@@ -11,69 +12,21 @@ EstimateBasis = Literal["measured", "none"]
 UsageGrouping = Literal["day", "job"]
 
 
-class WorkerKindEstimate(BaseModel):
-    """The job on one kind of worker that could take it."""
-
-    device_kind: str = Field(description="'cpu', or 'cuda:' and the GPU's name.")
-    generation_backend: str = Field(description="'vllm' or 'transformers'.")
+# The SDK's (docs/architecture.md, "Wire types"); the server names the bases it knows.
+class WorkerKindEstimate(models.WorkerKindEstimate):
+    __doc__ = models.WorkerKindEstimate.__doc__  # the API document's description of it
     basis: EstimateBasis = Field(
-        description="'measured': from steps of this model measured on this kind of worker; "
-        "'none': nothing measured yet, and no figure is given."
-    )
-    message: str | None = Field(None, description="Why there is no figure, when there is none.")
-    steps_measured: int = Field(0, description="Steps the figures are the means of.")
-    tokens_per_step: float | None = Field(
-        None,
-        description="Typical completion tokens per step: the measured tokens per completion "
-        "(capped at max_completion_length) x completions per step.",
-    )
-    step_seconds: float | None = Field(None, description="Expected wall time of one step.")
-    total_seconds: float | None = Field(None, description="Expected wall time of all steps.")
-    gpu_hours: float | None = Field(
-        None, description="total_seconds x the devices the job holds (num_devices x num_nodes)."
+        description=models.WorkerKindEstimate.model_fields["basis"].description
     )
 
 
-class CostEstimate(BaseModel):
-    """What a job is expected to cost, from throughput the workers measured (docs/cost.md)."""
-
-    model_key: str = Field(description="The model's shape, as throughput is filed under it.")
-    devices: int = Field(description="Devices the job holds: num_devices x num_nodes.")
-    train_steps: int
-    completions_per_step: int | None = Field(
-        None, description="prompts_per_step x num_generations; null for supervised jobs."
+class CostEstimate(models.CostEstimate):
+    __doc__ = models.CostEstimate.__doc__
+    workers: list[WorkerKindEstimate] = Field(  # type: ignore[assignment]
+        description=models.CostEstimate.model_fields["workers"].description
     )
-    max_tokens: int | None = Field(
-        None,
-        description="Upper bound on completion tokens over the run: completions per step x "
-        "max_completion_length x train_steps. Null for supervised jobs.",
-    )
-    workers: list[WorkerKindEstimate] = Field(
-        description="One per kind of running worker that could take the job."
-    )
-    note: str | None = Field(None, description="Why the list is empty or partial.")
 
 
-class UsageRow(BaseModel):
-    day: date | None = Field(None, description="The UTC day (group_by=day).")
-    job_id: str | None = Field(None, description="The job (group_by=job).")
-    gpu_seconds: float = Field(
-        description="Device-seconds held in the period (wall time x devices; paused and "
-        "queued time count nothing)."
-    )
-    tokens: int = Field(description="Completion tokens generated in the period.")
-    jobs: int = Field(description="Jobs that held devices or recorded steps in the period.")
-
-
-class Usage(BaseModel):
-    """The calling tenant's usage over [from, to)."""
-
-    start: datetime = Field(alias="from")
-    end: datetime = Field(alias="to")
-    group_by: UsageGrouping
-    gpu_seconds: float
-    tokens: int
-    jobs: int
-    rows: list[UsageRow]
-
-    model_config = {"populate_by_name": True}
+class Usage(models.Usage):
+    __doc__ = models.Usage.__doc__  # the API document's description of it
+    group_by: UsageGrouping = Field(description="'day' or 'job': what each of rows is.")

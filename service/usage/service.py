@@ -9,10 +9,11 @@ from statistics import fmean
 
 from sqlalchemy.orm import Session
 
+from rft.models.usage import UsageRow
 from service.errors import BadRequest
 from service.models import GpuUsage, Job
 from service.usage.repository import UsageRepository
-from service.usage.schemas import Usage, UsageGrouping, UsageRow
+from service.usage.schemas import Usage, UsageGrouping
 
 # The ETA's step time: the mean of the job's last this-many steps (recent enough to follow a
 # run that speeds up or slows down, enough to smooth one slow step).

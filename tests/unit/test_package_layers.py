@@ -3,8 +3,10 @@ bottom (it runs user code and knows nothing of jobs), service/ above it (the API
 sides share: settings, the database, the work queue, the built-in models), workers/ above
 service/, and server/ (the `rft-server` command that starts each role) on top. A module imports
 only its own package and those below. Inside service/, its foundation (settings, secrets,
-database, errors) imports no domain folder. The SDK (sdk/) is installed alone and imports none
-of them. workers/ has layers of its own: tests/unit/test_worker_layers.py."""
+database, errors) imports no domain folder. The SDK (sdk/, the package `rft`) is installed alone
+and imports none of them; it is the bottom layer of all, since the server serves its wire types
+(docs/architecture.md, "Wire types"). workers/ has layers of its own:
+tests/unit/test_worker_layers.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from tests.import_graph import ROOT, imports_of, package_modules, top_package
 
 # Bottom to top.
 PACKAGES = ["sandbox", "service", "workers", "server"]
+# The SDK's package (sdk/src/rft), below all of them: any may import its models.
+SDK_PACKAGE = "rft"
 
 SERVICE_FOUNDATION = {
     "service.settings",
@@ -25,7 +29,7 @@ SERVICE_FOUNDATION = {
 
 
 def upward_imports(modules: dict[str, Path]) -> list[str]:
-    level = {package: i for i, package in enumerate(PACKAGES)}
+    level = {SDK_PACKAGE: -1} | {package: i for i, package in enumerate(PACKAGES)}
     return sorted(
         f"{module} imports {imported}"
         for module, path in modules.items()

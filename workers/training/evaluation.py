@@ -2,7 +2,7 @@
 job's current reward functions score what it wrote.
 
 It runs inside the trainer's process, between the optimizer step and the step's record (see
-StepReporter.on_log), so its result travels with that record to whoever stores steps.
+StepReporter.on_step_logged), so its result travels with that record to whoever stores steps.
 
 Under N ranks every rank evaluates at the same step: each generates for its own share of the
 prompts and scores it in its own sandbox, and the shares are gathered so that the record covers

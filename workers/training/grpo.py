@@ -284,6 +284,22 @@ def per_rank_batches(hp: Hyperparameters, world_size: int) -> tuple[int, int]:
     return micro, per_rank // micro
 
 
+def grpo_objective_arguments(hp: Hyperparameters) -> dict[str, Any]:
+    """The GRPOConfig fields a job's hyperparameters give one to one: the group, the sampling
+    and the loss (the benches' bare-TRL baselines take them from here too)."""
+    return {
+        "num_generations": hp.num_generations,
+        "max_completion_length": hp.max_completion_length,
+        "temperature": hp.temperature,
+        "top_p": hp.top_p,
+        "beta": hp.beta,
+        "loss_type": hp.loss_type,
+        "epsilon": hp.epsilon,
+        "epsilon_high": hp.epsilon_high,
+        "scale_rewards": hp.scale_rewards,
+    }
+
+
 def _grpo_config(
     spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool, model_path: str | None = None
 ) -> GRPOConfig:
@@ -299,15 +315,7 @@ def _grpo_config(
         gradient_accumulation_steps=accumulation,
         steps_per_generation=accumulation,
         num_iterations=1,
-        num_generations=hp.num_generations,
-        max_completion_length=hp.max_completion_length,
-        temperature=hp.temperature,
-        top_p=hp.top_p,
-        beta=hp.beta,
-        loss_type=hp.loss_type,
-        epsilon=hp.epsilon,
-        epsilon_high=hp.epsilon_high,
-        scale_rewards=hp.scale_rewards,
+        **grpo_objective_arguments(hp),
         # With stop sequences the trainer masks truncated completions itself (TRL would take
         # a completion ended by a stop sequence for a truncated one).
         mask_truncated_completions=hp.mask_truncated_completions and not hp.stop,

@@ -39,6 +39,7 @@ from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_records import StepRecord
 from workers.training.trainer_common import (
     RunControl,
+    StepLog,
     device_switch,
     evaluation_due,
     float_or_none,
@@ -148,25 +149,13 @@ class SupervisedStepReporter(RunControl):
         self._step_started = time.perf_counter()
 
     def on_step_begin(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self._step_started = time.perf_counter()
 
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **kwargs: Any,
+    def on_step_logged(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: StepLog
     ) -> None:
-        # The end-of-training summary and the evaluation's own log are not steps.
-        if not logs or "loss" not in logs:
-            return
         duration = time.perf_counter() - self._step_started
         metrics = {
             key: float(value)

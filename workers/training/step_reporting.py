@@ -17,7 +17,7 @@ from workers.training.ranks import merge_generations
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
 from workers.training.reward_stats import function_metrics, mean_and_std
 from workers.training.step_records import CompletionRecord, StepRecord
-from workers.training.trainer_common import RunControl, float_or_none
+from workers.training.trainer_common import RunControl, StepLog, float_or_none
 
 if TYPE_CHECKING:
     from workers.training.evaluation import Evaluator
@@ -33,8 +33,9 @@ class StepReporter(RunControl):
 
     Hooks and why they are the right ones (transformers' loop order): ``on_step_begin`` runs
     before the step's generation, so a config applied there scores that whole step;
-    ``on_log`` runs after the optimizer step with that step's metrics (logging_steps=1) and
-    before the checkpoint decision, so a stop request can still ask for a checkpoint.
+    ``on_log`` (``on_step_logged``) runs after the optimizer step with that step's metrics
+    (logging_steps=1) and before the checkpoint decision, so a stop request can still ask for a
+    checkpoint.
     """
 
     def __init__(
@@ -56,11 +57,7 @@ class StepReporter(RunControl):
         self._rejected_versions: set[int] = set()
 
     def on_step_begin(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self._step_started = time.perf_counter()
         update = self._observer.poll_reward_config(
@@ -95,17 +92,9 @@ class StepReporter(RunControl):
             self._trainer.use_agent_code()
         self._trainer.set_sampling(temperature=update.temperature, top_p=update.top_p)
 
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **kwargs: Any,
+    def on_step_logged(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: StepLog
     ) -> None:
-        # The end-of-training summary is logged too (train_loss, train_runtime): not a step.
-        if not logs or "loss" not in logs:
-            return
         generation = self._dispatcher.last_generation
         if generation is None or generation.step != state.global_step:
             # Only possible if TRL reused a generation across optimizer steps, which run_grpo

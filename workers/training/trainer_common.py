@@ -102,7 +102,33 @@ def float_or_none(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-class RunControl(TrainerCallback):
+# What the Trainer logs at a step: loss, learning_rate, and each method's own metrics.
+StepLog = dict[str, Any]
+
+
+class StepLogs(TrainerCallback):
+    """Hands ``on_step_logged`` each optimizer step's log (both methods log every step). The
+    end-of-training summary (train_loss, train_runtime) and an evaluation's own log carry no
+    ``loss``: they are not steps."""
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if logs and "loss" in logs:
+            self.on_step_logged(args, state, control, logs)
+
+    def on_step_logged(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: StepLog
+    ) -> None:
+        raise NotImplementedError
+
+
+class RunControl(StepLogs):
     """What every method's reporter does around a step's record: ask the observer whether to
     stop (a paused run checkpoints at that step), and report each checkpoint once."""
 

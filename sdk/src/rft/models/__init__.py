@@ -1,4 +1,5 @@
-"""Typed models of what the server sends and accepts; they mirror service/*/schemas.py.
+"""Typed models of what the server sends and accepts. They are the wire types themselves: the
+server imports or subclasses them (service/*/schemas.py), so a field is declared here once.
 
 Read models ignore fields they do not know, so an older client keeps working against a newer
 server.

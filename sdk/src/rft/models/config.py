@@ -89,12 +89,15 @@ class DryRunResult(BaseModel):
     """What a config change would have done to the last recorded step; nothing is stored."""
 
     dry_run: bool = True
-    step: int | None = Field(description="The step re-scored; None when none is recorded yet.")
+    step: int | None = Field(description="The step re-scored; null when none is recorded yet.")
     completions: list[RescoredCompletion] = Field(default_factory=list)
     advantage_sign_changes: int
-    errors: dict[str, list[str]] = Field(default_factory=dict)
+    errors: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per function, the errors it raised."
+    )
     not_scored: list[str] = Field(
         default_factory=list,
         description="Reward models naming another model than the one that scored the step: "
-        "not run by the server (None in new_scores, left out of new totals).",
+        "checked, not run (the API has no model runtime); null in new_scores and left out "
+        "of new totals. An entry keeping its model keeps its recorded scores.",
     )

@@ -21,4 +21,9 @@ class Dataset(BaseModel):
 
 
 class DatasetDetail(Dataset):
-    preview: list[dict[str, Any]] = Field(default_factory=list)
+    preview: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The first 5 rows, for a glance: strings longer than 1000 characters are "
+        "cut and end in '… [N more characters]'; lists and objects show their first 50 "
+        "entries, then '… [N more items]' (a list) or a '…' key (an object).",
+    )

@@ -23,7 +23,7 @@ class HubPush(BaseModel):
     repo_id: str
     private: bool
     token_secret: str | None = Field(
-        None, description="The job secret the token came from; None: given with the request."
+        None, description="The job secret the token came from; null: given with the request."
     )
     commit_url: str | None = Field(None, description="The hub commit, once pushed.")
 

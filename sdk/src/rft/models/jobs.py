@@ -28,6 +28,11 @@ class JobStatus(StrEnum):
     def is_terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
+    @property
+    def has_worker(self) -> bool:
+        """A worker holds the job (its lease; its devices count toward ``gpu_seconds``)."""
+        return self in (JobStatus.RUNNING, JobStatus.PAUSING)
+
 
 # How a job trains: GRPO on rewards, or supervised fine-tuning on the dataset's answers.
 JobMethod = Literal["grpo", "sft"]

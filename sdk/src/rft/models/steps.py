@@ -1,5 +1,9 @@
 """What a job records as it trains: steps, evaluations, completions, events, and its reward
-functions' output and errors."""
+functions' output and errors.
+
+The server's responses are these models (service/jobs/schemas.py subclasses them to read its
+rows), so their descriptions are the API document's.
+"""
 
 from __future__ import annotations
 
@@ -28,19 +32,27 @@ class ImportanceSamplingRatios(BaseModel):
 
 
 class AsyncGenerationStep(BaseModel):
-    """How off-policy a step of a job with ``async_generation`` trained."""
+    """How off-policy a step of an async-generation job trained (docs/async-generation.md)."""
 
-    max_staleness: int
-    # The policy that trained the step (optimizer steps before it) and, per prompt group, the
-    # policy version whose weights sampled the rollouts.
-    policy_version: int
-    rollout_policy_versions: list[int]
-    staleness_max: int
+    max_staleness: int = Field(description="The job's bound.")
+    policy_version: int = Field(
+        description="The policy that trained this step: optimizer steps taken before it (step - 1)."
+    )
+    rollout_policy_versions: list[int] = Field(
+        description="The policy versions whose weights the rollout engine held when it "
+        "sampled this step's rollouts (as the engine reported them), one per prompt group."
+    )
+    staleness_max: int = Field(description="policy_version - the oldest rollout version.")
     staleness_mean: float
-    # Config versions whose temperature/top_p sampled the rollouts; the rewards were scored
-    # under the step's config_version.
-    sampling_config_versions: list[int]
-    importance_sampling_ratio: ImportanceSamplingRatios
+    sampling_config_versions: list[int] = Field(
+        description="Live-config versions whose temperature/top_p sampled the rollouts (the "
+        "version when their generation was requested). The rewards were scored under the "
+        "step's config_version, at training time."
+    )
+    importance_sampling_ratio: ImportanceSamplingRatios = Field(
+        description="Per-token ratio of the training policy's probability to the sampler's "
+        "(TRL's vllm_importance_sampling_correction, after its clipping), over the step."
+    )
 
 
 class Step(BaseModel):
@@ -52,33 +64,50 @@ class Step(BaseModel):
     kl: float | None
     learning_rate: float | None
     duration_s: float
-    # Share of the step's groups whose completions all got the same reward (no signal).
-    frac_reward_zero_std: float | None = None
+    frac_reward_zero_std: float | None = Field(
+        None,
+        description="Share of the step's groups whose completions all got the same reward: "
+        "GRPO learns nothing from them.",
+    )
     reward_functions: dict[str, FunctionStepMetrics]
-    # Agent jobs: tool calls, turns and tool errors of the step's rollouts; None otherwise.
-    agent_metrics: AgentStepMetrics | None = None
-    # Supervised jobs: grad_norm, mean_token_accuracy, entropy, num_tokens, and eval_loss
-    # and eval_mean_token_accuracy at evaluated steps; None for GRPO steps.
-    metrics: dict[str, float] | None = None
-    # Jobs with async_generation: the rollouts' staleness and importance-sampling ratios.
-    async_generation: AsyncGenerationStep | None = None
+    agent_metrics: AgentStepMetrics | None = Field(
+        None,
+        description="Agent jobs (tools or environments): tool calls and turns per rollout, "
+        "the share of rollouts cut off at max_turns, and per tool its calls, errors by kind, "
+        "error rate and mean duration. null for single-answer jobs.",
+    )
+    metrics: dict[str, float] | None = Field(
+        None,
+        description="Supervised (method 'sft') jobs: what TRL logged beside loss and "
+        "learning_rate: grad_norm, mean_token_accuracy, entropy, num_tokens (tokens trained "
+        "on so far), and eval_loss and eval_mean_token_accuracy at evaluated steps (an SFT "
+        "step's reward fields are null). null for GRPO steps.",
+    )
+    async_generation: AsyncGenerationStep | None = Field(
+        None,
+        description="Jobs with hyperparameters.async_generation: which policy versions "
+        "sampled the step's rollouts and how stale they were, the config versions they were "
+        "sampled under, and the importance-sampling ratios that corrected for it. null for "
+        "other jobs.",
+    )
     created_at: datetime
 
 
 class Evaluation(BaseModel):
-    """The adapter after ``step`` scored on the validation prompts (one point of the eval
-    curve)."""
+    """The adapter after ``step``, scored on the validation prompts by the job's reward
+    functions (the config version in force at that step): one point of the eval curve."""
 
     step: int
     config_version: int
-    reward_mean: float | None
+    reward_mean: float | None = Field(description="Mean weighted total over the samples.")
     reward_std: float | None
-    prompts: int
-    samples: int
+    prompts: int = Field(description="Validation prompts evaluated.")
+    samples: int = Field(description="Completions scored (prompts x eval_samples).")
     duration_s: float
     reward_functions: dict[str, FunctionStepMetrics]
-    # Agent jobs: as a step's, over the validation rollouts.
-    agent_metrics: AgentStepMetrics | None = None
+    agent_metrics: AgentStepMetrics | None = Field(
+        None, description="Agent jobs: as a step's, over the validation rollouts."
+    )
     created_at: datetime
 
 
@@ -95,9 +124,12 @@ class Completion(BaseModel):
     total: float | None
     advantage: float | None
     token_count: int
-    # Agent jobs: the rollout turn by turn (assistant turns, tool results); None for jobs
-    # that sample one answer per prompt.
-    trajectory: list[TrajectoryMessage] | None = None
+    trajectory: list[TrajectoryMessage] | None = Field(
+        None,
+        description="Agent jobs: the whole rollout as chat messages, in order, as the worker "
+        "recorded them (assistant turns with their tool calls, tool results with errors and "
+        "durations). null for single-answer jobs.",
+    )
 
     @property
     def truncated(self) -> bool:
