@@ -5,7 +5,7 @@
 # CPU; on a fresh clone (CI, a new worktree) that was paid again for the same pins. Here they
 # go to a dependency environment under the user's cache folder,
 # ``rft/envs/<kind>-<key>``, the key a hash of what decides what gets installed (the
-# pyproject files, the install commands, the Python). The checkout's own environment (.venv,
+# pyproject files' requirements, the install commands, the Python). The checkout's own environment (.venv,
 # .venv-vllm) is a thin one: a .pth file adds the dependency environment's site-packages, and
 # the project and the SDK are installed editable, so the code that runs is always this
 # checkout's. A dependency environment never holds the project itself (it is uninstalled after
@@ -109,9 +109,39 @@ install_project() {
   fi
 }
 
-# env_key TEXT...: the dependency environment's key for what installs it (the pyproject files,
-# the install function's text, the Python that builds it).
+# env_key TEXT...: the dependency environment's key for what installs it: the requirements in
+# the pyproject files (requires-python, the build system, dependencies and extras, less the
+# project's own packages, which it never holds), the install function's text, the Python that
+# builds it. Not the rest of those files: a lint rule or a test setting changes no package.
 env_key() {
-  { cat pyproject.toml sdk/pyproject.toml; printf '%s\n' "$@"; "$(find_python)" -VV; } \
-    | sha256sum | cut -c1-16
+  { dependency_specs; printf '%s\n' "$@"; "$(find_python)" -VV; } | sha256sum | cut -c1-16
+}
+
+# dependency_specs: what the pyproject files require, one stable JSON line each.
+dependency_specs() {
+  "$(find_python)" - pyproject.toml sdk/pyproject.toml <<'PY'
+import json, re, sys, tomllib
+
+OWN = {"rft-service", "rft-sdk"}
+
+
+def foreign(requirement: str) -> bool:
+    name = re.split(r"[\s\[<>=!~;@]", requirement, maxsplit=1)[0]
+    return name.lower().replace("_", "-") not in OWN
+
+
+for path in sys.argv[1:]:
+    with open(path, "rb") as handle:
+        document = tomllib.load(handle)
+    project = document.get("project", {})
+    print(json.dumps({
+        "requires-python": project.get("requires-python"),
+        "build-system": document.get("build-system"),
+        "dependencies": [r for r in project.get("dependencies", []) if foreign(r)],
+        "optional-dependencies": {
+            extra: [r for r in requirements if foreign(r)]
+            for extra, requirements in project.get("optional-dependencies", {}).items()
+        },
+    }, sort_keys=True))
+PY
 }
