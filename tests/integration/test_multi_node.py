@@ -1,8 +1,9 @@
 """One job over two machines, emulated by two worker processes on this one.
 
 Each worker can give a job 1 device (RFT_WORKER_DEVICES=1); the jobs here ask for 2 nodes of
-1 device each, so they must be placed on both workers at once: two launchers (torchrun
---nnodes 2), one per worker, meeting at node 0's address. Node 0's worker records the run;
+1 device each, so they must be placed on both workers at once: each worker starts its ranks
+(forked from its spare template, as on any machine without a GPU; torchrun --nnodes 2 where
+spares are not forked), meeting at node 0's address. Node 0's worker records the run;
 losing the other worker sends the job back to the queue, and it resumes from its checkpoint.
 A job that cannot be placed whole waits and says so: that rule is tested at the row, without
 training (tests/recording/test_placement.py).

@@ -1,4 +1,5 @@
-"""One job on two processes (torchrun, DDP over gloo on CPU), through the API.
+"""One job on two processes (DDP over gloo on CPU; ranks forked from the worker's spare
+template, as torchrun would start them), through the API.
 
 The stack's worker can give a job 2 devices (RFT_WORKER_DEVICES=2; processes on CPU); the
 jobs here ask for 2 (num_devices) and run on 2 ranks, unless they ask for 1 (the warm spare).

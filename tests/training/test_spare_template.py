@@ -10,13 +10,19 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from service.settings import get_settings
-from tests.processes import parent_of, wait_gone
-from workers.training.forked_spares import ForkedSpare
-from workers.training.launch import ForkedRanks, WarmProcesses, stop_process_group
+from tests.processes import parent_of, rank_pids, wait_gone
+from workers.training.forked_spares import CannotFork, ForkedSpare
+from workers.training.launch import (
+    RankProcesses,
+    WarmProcesses,
+    start_ranks,
+    stop_process_group,
+)
 
 
 @pytest.fixture
@@ -74,17 +80,18 @@ def test_spares_forked_from_the_template_end_on_their_own_and_with_it(
 def test_a_jobs_ranks_are_forked_into_one_group_and_end_with_the_first_that_fails(
     spare_fork: Callable[[str], WarmProcesses],
 ) -> None:
-    """A one-machine DDP job's ranks (launch.ForkedRanks): forked spares in the first rank's
+    """A DDP job's ranks (launch.RankProcesses): forked spares in the first rank's
     process group, so stopping the group stops them all; the job's processes end as torchrun
     does, with the first rank that fails. (The ranks training a job together, their launch
     variables, names and logs: tests/integration/test_multi_rank.py.)"""
     warm = spare_fork("always")
+    assert warm.launches_ranks
     ranks = warm.fork_ranks(2)
-    assert ranks is not None and len(ranks) == 2
+    assert len(ranks) == 2
     first, second = ranks
     assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()
     assert os.getpgid(first.pid) == os.getpgid(second.pid) == first.pid
-    job = ForkedRanks(ranks)
+    job = RankProcesses(ranks)
     assert job.pid == first.pid and job.poll() is None
 
     os.kill(second.pid, signal.SIGKILL)
@@ -96,18 +103,17 @@ def test_a_jobs_ranks_are_forked_into_one_group_and_end_with_the_first_that_fail
 
     # Ranks that end cleanly (no job came: stdin closed) end the job cleanly.
     clean = warm.fork_ranks(2)
-    assert clean is not None
     for rank in clean:
         assert rank.stdin is not None
         rank.stdin.close()
-    assert ForkedRanks(clean).wait(timeout=120) == 0
+    assert RankProcesses(clean).wait(timeout=120) == 0
 
 
 def test_without_forking_a_spare_is_a_new_process(
     spare_fork: Callable[[str], WarmProcesses],
 ) -> None:
     warm = spare_fork("never")
-    assert warm.fork_ranks(2) is None  # a job's ranks start under torchrun
+    assert not warm.launches_ranks  # a job's ranks start under torchrun
     spare = warm.take_spare()
     assert isinstance(spare, subprocess.Popen)
     assert spare.args[-1] == "workers.training.spare"
@@ -120,6 +126,7 @@ def test_a_template_with_another_thread_does_not_fork(
     spare_fork: Callable[[str], WarmProcesses],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     # A value the worker was given stands over FORK_SAFE_ENV's: OpenBLAS starts a pool of two
     # threads in the template, which then refuses to fork, and the spare is a new process.
@@ -130,7 +137,16 @@ def test_a_template_with_another_thread_does_not_fork(
     assert isinstance(spare, subprocess.Popen)
     assert spare.args[-1] == "workers.training.spare"
     assert "not forking beside other threads" in caplog.text
-    assert warm.fork_ranks(2) is None  # nor a job's ranks: they start under torchrun
+    # Nor a job's ranks: the launcher starts them as new processes instead (as the job's other
+    # machines, if any, start theirs), not under torchrun.
+    with pytest.raises(CannotFork, match="not forking beside other threads"):
+        warm.fork_ranks(2)
+    ranks = start_ranks(tmp_path, 2, warm, None)
+    started = rank_pids(os.getpid())  # ranks 0 and 1 by their launch variables
+    assert sorted(started) == [0, 1] and started[0] == ranks.pid
+    assert os.getpgid(started[1]) == ranks.pid  # one group: stopping it stops both
+    stop_process_group(ranks, grace_s=30)
+    wait_gone(list(started.values()))
     assert spare.stdin is not None
     spare.stdin.close()
     assert spare.wait(timeout=120) == 0

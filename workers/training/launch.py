@@ -2,10 +2,10 @@
 
 The worker never trains in its own process. One process: a warm spare (torch, transformers
 and TRL already imported) takes the job, so a small job pays no start-up. N processes on one
-machine: where spares are forked from a warm template, N forked spares become the job's ranks
-(``ForkedRanks``: the launch variables torchrun would set, no start-up either); elsewhere, and
-for jobs over several machines, torchrun (``--standalone``: a free rendezvous port per job)
-starts N ranks. Either way the
+machine, or this machine's N of a job over several: where spares are forked from a warm
+template, N forked spares become the job's ranks (``RankProcesses``: the launch variables
+torchrun would set, no start-up either); elsewhere torchrun (``--standalone`` on one machine:
+a free rendezvous port per job) starts N ranks. Either way the
 launched process runs ``workers.training.rank_process`` in a session of its own, dies with
 the worker (PR_SET_PDEATHSIG), and rank 0 connects back to the job folder's unix socket; the
 worker answers its questions with its own observer (the database, the watcher, the circuit
@@ -154,14 +154,21 @@ class WarmProcesses:
         self._template = SpareTemplate(own_session=_spares_in_own_session())
         return self._template
 
-    def fork_ranks(self, num_processes: int) -> list[TrainingProcess] | None:
+    @property
+    def launches_ranks(self) -> bool:
+        """Whether this worker starts a DDP job's ranks itself (``RankProcesses``: forked from
+        its spare template, where spares are forked) rather than under torchrun. The same on
+        every worker of a deployment's kind (``Settings.spare_fork``), so the machines of a job
+        over several start their ranks alike and meet at one rendezvous."""
+        return self._forks_spares
+
+    def fork_ranks(self, num_processes: int) -> list[TrainingProcess]:
         """``num_processes`` spares forked for the ranks of one job, in one process group (the
-        first's), or None where spares are not forked here or the template cannot fork them
-        all (the job's ranks then start as new processes, under torchrun). The waiting spare
-        stays for the next one-process job."""
+        first's). The waiting spare stays for the next one-process job. Raises CannotFork when
+        the template cannot fork them all (none is left running)."""
         template = self._spare_template()
         if template is None:
-            return None
+            raise CannotFork("no spare template runs on this thread")
         if not template.ready() and can_lower_threads():
             with contextlib.suppress(OSError):  # as take_spare: the job waits on its warm-up
                 raise_lowered_threads(template.pid)
@@ -169,11 +176,10 @@ class WarmProcesses:
         try:
             for _ in range(num_processes):
                 ranks.append(template.fork_spare(group=ranks[0].pid if ranks else None))
-        except CannotFork as why:
-            logger.warning("%s: the job's ranks start under torchrun", why)
+        except CannotFork:
             for rank in ranks:
                 stop_process_group(rank, grace_s=2.0)
-            return None
+            raise
         return ranks
 
     def _fork_spare(self, template: SpareTemplate) -> TrainingProcess:
@@ -296,22 +302,32 @@ def _send_job(
     stdin.flush()
 
 
-def rank_environments(num_processes: int, master_port: int) -> list[dict[str, str]]:
-    """The launch variables torchrun (``--standalone``) gives each of ``num_processes`` ranks on
-    this machine: rank 0 serves the rendezvous store on ``master_port``. Like torchrun, one
-    OpenMP thread a rank unless the worker was given a count (ranks share the machine's cores)."""
+def rank_environments(
+    num_processes: int, master_port: int, rendezvous: Rendezvous | None = None
+) -> list[dict[str, str]]:
+    """The launch variables torchrun gives each of this machine's ``num_processes`` ranks: on
+    one machine (``--standalone``) rank 0 serves the rendezvous store on ``master_port`` here;
+    with a ``rendezvous``, this machine's ranks of the job's (node 0's rank 0 serves it at the
+    rendezvous' address and port). Like torchrun, one OpenMP thread a rank unless the worker was
+    given a count (ranks share the machine's cores)."""
+    nodes, node_rank = (
+        (1, 0) if rendezvous is None else (rendezvous.num_nodes, rendezvous.node_rank)
+    )
     common = {
-        "WORLD_SIZE": str(num_processes),
+        "WORLD_SIZE": str(num_processes * nodes),
         "LOCAL_WORLD_SIZE": str(num_processes),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(master_port),
-        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1" if rendezvous is None else rendezvous.master_addr,
+        "MASTER_PORT": str(master_port if rendezvous is None else rendezvous.master_port),
+        "GROUP_RANK": str(node_rank),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    return [
-        {**common, "RANK": str(rank), "LOCAL_RANK": str(rank), "ROLE_RANK": str(rank)}
-        for rank in range(num_processes)
-    ]
+    environments = []
+    for local_rank in range(num_processes):
+        rank = str(node_rank * num_processes + local_rank)
+        environments.append(
+            {**common, "RANK": rank, "LOCAL_RANK": str(local_rank), "ROLE_RANK": rank}
+        )
+    return environments
 
 
 def _free_port() -> int:
@@ -320,13 +336,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class ForkedRanks:
-    """A one-machine DDP job's ranks, forked from the spare template (``WarmProcesses.fork_ranks``)
-    instead of started by torchrun: no Python start and no imports per rank (seconds of CPU
-    each). The launcher's ``TrainingProcess``, as torchrun is: its pid is the first rank's, whose
-    process group every rank joined (stopping the group stops them all); it ends with the first
-    rank that fails (its exit code; the worker then stops the rest, as torchrun does), or when
-    every rank has exited cleanly."""
+class RankProcesses:
+    """A DDP job's ranks on this machine, started by the worker itself (where spares are
+    forked: ``WarmProcesses.launches_ranks``) rather than by torchrun: forked from the spare
+    template, with no Python start and no imports per rank (seconds of CPU each), or, where the
+    template cannot fork, new Python processes. Each gets the launch variables torchrun would
+    set (``rank_environments``). The launcher's ``TrainingProcess``, as torchrun is: its pid is
+    the first rank's, whose process group every rank joined (stopping the group stops them
+    all); it ends with the first rank that fails (its exit code; the worker then stops the
+    rest, as torchrun does), or when every rank has exited cleanly."""
 
     def __init__(self, ranks: list[TrainingProcess]) -> None:
         self._ranks = ranks
@@ -387,14 +405,8 @@ def _launch(
         # The next spare starts once this job has recorded its first step (_serve), and warms
         # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
         return spare
-    if rendezvous is None:
-        ranks = warm.fork_ranks(num_processes)
-        if ranks is not None:
-            for rank, environment in zip(
-                ranks, rank_environments(num_processes, _free_port()), strict=True
-            ):
-                _send_job(rank, job_dir, environment)
-            return ForkedRanks(ranks)
+    if warm.launches_ranks:
+        return start_ranks(job_dir, num_processes, warm, rendezvous)
     if rendezvous is None:
         placement = ["--standalone"]  # a free rendezvous port per job
     else:
@@ -411,6 +423,33 @@ def _launch(
     ]  # fmt: skip
     # --exec arms PR_SET_PDEATHSIG in the launcher itself, then becomes torchrun.
     return _start_rank_process("--exec", "--", *torchrun)
+
+
+def start_ranks(
+    job_dir: Path, num_processes: int, warm: WarmProcesses, rendezvous: Rendezvous | None
+) -> RankProcesses:
+    """This machine's ``num_processes`` ranks of the job in ``job_dir``, started by the worker
+    (``RankProcesses``): forked from ``warm``'s template, or new processes where it cannot fork."""
+    environments = rank_environments(num_processes, _free_port(), rendezvous)
+    try:
+        ranks = warm.fork_ranks(num_processes)
+    except CannotFork as why:
+        # New processes, not torchrun: the job's other machines, if any, start theirs as here.
+        logger.warning("%s: the job's ranks start as new processes", why)
+        started: list[TrainingProcess] = []
+        for environment in environments:
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", RANK_MODULE, str(job_dir)],
+                    env={**os.environ, **environment},
+                    # The first rank's group, in the worker's session: stopping it stops all.
+                    process_group=started[0].pid if started else 0,
+                )
+            )
+        return RankProcesses(started)
+    for rank, environment in zip(ranks, environments, strict=True):
+        _send_job(rank, job_dir, environment)
+    return RankProcesses(ranks)
 
 
 def stop_process_group(process: TrainingProcess, grace_s: float = STOP_GRACE_S) -> None:
