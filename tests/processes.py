@@ -55,7 +55,7 @@ def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
     Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``. The
     spare template (where spares are forked) trains nothing and is never listed; its forked
     spares carry its command line, and it is their parent. Forked spares that became a job's
-    ranks (workers.training.launch.RankProcesses) are ranks, named so (``forked_rank``)."""
+    ranks (workers.training.rank_processes.RankProcesses) are ranks, named so (``forked_rank``)."""
     found: dict[int, str] = {}
     for pid in descendants(root):
         command = command_of(pid)

@@ -17,12 +17,8 @@ import pytest
 from service.settings import get_settings
 from tests.processes import parent_of, rank_pids, wait_gone
 from workers.training.forked_spares import CannotFork, ForkedSpare
-from workers.training.launch import (
-    RankProcesses,
-    WarmProcesses,
-    start_ranks,
-    stop_process_group,
-)
+from workers.training.launch import WarmProcesses, stop_process_group
+from workers.training.rank_processes import RankProcesses, start_ranks
 
 
 @pytest.fixture
@@ -80,7 +76,7 @@ def test_spares_forked_from_the_template_end_on_their_own_and_with_it(
 def test_a_jobs_ranks_are_forked_into_one_group_and_end_with_the_first_that_fails(
     spare_fork: Callable[[str], WarmProcesses],
 ) -> None:
-    """A DDP job's ranks (launch.RankProcesses): forked spares in the first rank's
+    """A DDP job's ranks (rank_processes.RankProcesses): forked spares in the first rank's
     process group, so stopping the group stops them all; the job's processes end as torchrun
     does, with the first rank that fails. (The ranks training a job together, their launch
     variables, names and logs: tests/integration/test_multi_rank.py.)"""
@@ -141,7 +137,7 @@ def test_a_template_with_another_thread_does_not_fork(
     # machines, if any, start theirs), not under torchrun.
     with pytest.raises(CannotFork, match="not forking beside other threads"):
         warm.fork_ranks(2)
-    ranks = start_ranks(tmp_path, 2, warm, None)
+    ranks = start_ranks(tmp_path, 2, warm.fork_ranks, None)
     started = rank_pids(os.getpid())  # ranks 0 and 1 by their launch variables
     assert sorted(started) == [0, 1] and started[0] == ranks.pid
     assert os.getpgid(started[1]) == ranks.pid  # one group: stopping it stops both

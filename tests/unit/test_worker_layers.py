@@ -72,7 +72,14 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("the methods: GRPO and SFT", {"workers.training.grpo", "workers.training.sft"}),
     ("the rank process", {"workers.training.rank_process"}),
     ("the spare and its template", {"workers.training.spare", "workers.training.spare_template"}),
-    ("the launcher", {"workers.training.forked_spares", "workers.training.launch"}),
+    (
+        "the launcher",
+        {
+            "workers.training.forked_spares",
+            "workers.training.rank_processes",
+            "workers.training.launch",
+        },
+    ),
     (
         "placement, the lease and the webhook dispatcher",
         {"workers.placement", "workers.lease", "workers.webhooks"},

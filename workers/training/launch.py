@@ -19,7 +19,6 @@ is left running.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import pickle
@@ -34,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, cast
 
 from workers.compiled_caches import torch_extensions_dir
 from workers.failures import EngineUnavailable, TrainingProcessError
@@ -48,6 +47,7 @@ from workers.training.engines import (
 from workers.training.forked_spares import CannotFork, SpareTemplate, TrainingProcess
 from workers.training.observer import TrainingObserver
 from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
+from workers.training.rank_processes import send_job, start_ranks
 from workers.training.spare import SPARE_PRIORITY_ENV
 from workers.training.thread_priority import can_lower_threads, raise_lowered_threads
 
@@ -216,7 +216,7 @@ class WarmProcesses:
         fits = job.spec.method == "grpo" and job.spec.base_model == holder.base_model
         if fits and holder.process.poll() is None:
             try:
-                _send_job(holder.process, job_dir)
+                send_job(holder.process, job_dir)
                 return holder.process
             except OSError:  # it died between jobs
                 logger.warning("the training process that kept a vLLM engine is gone")
@@ -290,87 +290,6 @@ def _stop_holder(holder: _EngineHolder) -> None:
     stop_process_group(holder.process)
 
 
-def _send_job(
-    process: TrainingProcess, job_dir: Path, rank_environment: dict[str, str] | None = None
-) -> None:
-    # stdin stays open: a process that keeps its engine reads its next job there.
-    stdin = cast(IO[bytes], process.stdin)
-    message: dict[str, object] = {"job_dir": str(job_dir)}
-    if rank_environment:
-        message["rank_environment"] = rank_environment
-    stdin.write(json.dumps(message).encode() + b"\n")
-    stdin.flush()
-
-
-def rank_environments(
-    num_processes: int, master_port: int, rendezvous: Rendezvous | None = None
-) -> list[dict[str, str]]:
-    """The launch variables torchrun gives each of this machine's ``num_processes`` ranks: on
-    one machine (``--standalone``) rank 0 serves the rendezvous store on ``master_port`` here;
-    with a ``rendezvous``, this machine's ranks of the job's (node 0's rank 0 serves it at the
-    rendezvous' address and port). Like torchrun, one OpenMP thread a rank unless the worker was
-    given a count (ranks share the machine's cores)."""
-    nodes, node_rank = (
-        (1, 0) if rendezvous is None else (rendezvous.num_nodes, rendezvous.node_rank)
-    )
-    common = {
-        "WORLD_SIZE": str(num_processes * nodes),
-        "LOCAL_WORLD_SIZE": str(num_processes),
-        "MASTER_ADDR": "127.0.0.1" if rendezvous is None else rendezvous.master_addr,
-        "MASTER_PORT": str(master_port if rendezvous is None else rendezvous.master_port),
-        "GROUP_RANK": str(node_rank),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-    }
-    environments = []
-    for local_rank in range(num_processes):
-        rank = str(node_rank * num_processes + local_rank)
-        environments.append(
-            {**common, "RANK": rank, "LOCAL_RANK": str(local_rank), "ROLE_RANK": rank}
-        )
-    return environments
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RankProcesses:
-    """A DDP job's ranks on this machine, started by the worker itself (where spares are
-    forked: ``WarmProcesses.launches_ranks``) rather than by torchrun: forked from the spare
-    template, with no Python start and no imports per rank (seconds of CPU each), or, where the
-    template cannot fork, new Python processes. Each gets the launch variables torchrun would
-    set (``rank_environments``). The launcher's ``TrainingProcess``, as torchrun is: its pid is
-    the first rank's, whose process group every rank joined (stopping the group stops them
-    all); it ends with the first rank that fails (its exit code; the worker then stops the
-    rest, as torchrun does), or when every rank has exited cleanly."""
-
-    def __init__(self, ranks: list[TrainingProcess]) -> None:
-        self._ranks = ranks
-        self.pid = ranks[0].pid
-        self.stdin: IO[bytes] | None = None
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            codes = [rank.poll() for rank in self._ranks]
-            failed = [code for code in codes if code not in (None, 0)]
-            if failed:
-                self.returncode = failed[0]
-            elif all(code == 0 for code in codes):
-                self.returncode = 0
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None or any(r.poll() is None for r in self._ranks):
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"ranks of group {self.pid}", timeout or 0.0)
-            time.sleep(0.05)
-        return code
-
-
 def _launch(
     job_dir: Path,
     num_processes: int,
@@ -401,12 +320,12 @@ def _launch(
     warm.release_engine_holder()  # a new process: whatever the holder keeps, this job needs room
     if num_processes == 1 and rendezvous is None:
         spare = warm.take_spare()
-        _send_job(spare, job_dir)
+        send_job(spare, job_dir)
         # The next spare starts once this job has recorded its first step (_serve), and warms
         # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
         return spare
     if warm.launches_ranks:
-        return start_ranks(job_dir, num_processes, warm, rendezvous)
+        return start_ranks(job_dir, num_processes, warm.fork_ranks, rendezvous)
     if rendezvous is None:
         placement = ["--standalone"]  # a free rendezvous port per job
     else:
@@ -423,33 +342,6 @@ def _launch(
     ]  # fmt: skip
     # --exec arms PR_SET_PDEATHSIG in the launcher itself, then becomes torchrun.
     return _start_rank_process("--exec", "--", *torchrun)
-
-
-def start_ranks(
-    job_dir: Path, num_processes: int, warm: WarmProcesses, rendezvous: Rendezvous | None
-) -> RankProcesses:
-    """This machine's ``num_processes`` ranks of the job in ``job_dir``, started by the worker
-    (``RankProcesses``): forked from ``warm``'s template, or new processes where it cannot fork."""
-    environments = rank_environments(num_processes, _free_port(), rendezvous)
-    try:
-        ranks = warm.fork_ranks(num_processes)
-    except CannotFork as why:
-        # New processes, not torchrun: the job's other machines, if any, start theirs as here.
-        logger.warning("%s: the job's ranks start as new processes", why)
-        started: list[TrainingProcess] = []
-        for environment in environments:
-            started.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", RANK_MODULE, str(job_dir)],
-                    env={**os.environ, **environment},
-                    # The first rank's group, in the worker's session: stopping it stops all.
-                    process_group=started[0].pid if started else 0,
-                )
-            )
-        return RankProcesses(started)
-    for rank, environment in zip(ranks, environments, strict=True):
-        _send_job(rank, job_dir, environment)
-    return RankProcesses(ranks)
 
 
 def stop_process_group(process: TrainingProcess, grace_s: float = STOP_GRACE_S) -> None:

@@ -343,7 +343,7 @@ def _finish_warm_up_here() -> ProcessSandbox | None:
 def _wait_for_job(sandbox_ahead: ProcessSandbox | None) -> Path | None:
     """The folder of the job the worker sends on stdin; None (the sandbox ahead closed) when
     the worker closes its end instead. A job's rank other than the one of a one-process job
-    comes with its launch variables (``launch.RankProcesses``)."""
+    comes with its launch variables (``rank_processes.RankProcesses``)."""
     line = sys.stdin.readline()
     if line:
         message = json.loads(line)

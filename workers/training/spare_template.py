@@ -24,7 +24,7 @@ The channel is the worker's ``SOCK_SEQPACKET`` socket on fd 0, one JSON message 
 - worker -> template: ``{"fork": true}`` with one file descriptor, the read end of the new
   spare's stdin (the worker keeps the write end: the job folder goes there, as to any spare);
   ``"group": pgid`` puts the child in that process group (a job's ranks share their first
-  rank's, ``launch.RankProcesses``), not one of its own;
+  rank's, ``rank_processes.RankProcesses``), not one of its own;
 - template -> worker: ``{"ready": true}`` once warm; ``{"forked": pid}`` for each request, or
   ``{"error": why}`` when it does not fork (the worker starts a new Python spare instead);
   ``{"exited": pid, "code": code}`` when a child ends (the worker cannot wait for a process
