@@ -31,7 +31,6 @@ from workers.training.tiny_tool_model import (
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
-    WARM_UP_VALUES,
     TranscriptRenderer,
     WarmUpTool,
     answer_text,
@@ -141,13 +140,13 @@ def test_an_sft_row_of_the_conversation_renders_the_same_tokens(tokenizer: Any) 
 def test_answers_with_the_tool_s_result_not_a_memorised_value(
     model_dir: Path, tokenizer: Any
 ) -> None:
-    """A user's own table (the example's keys, other values: some from the warm-up's words,
-    some never seen): after a call, the answer names what the tool returned."""
+    """A user's own table (the example's keys, each with another key's value): after a call,
+    the answer names what the tool returned, not the value the example table stores."""
     model: Any = AutoModelForCausalLM.from_pretrained(model_dir)
     renderer = TranscriptRenderer(tokenizer)
     keys = sorted(LOOKUP_TABLE)
-    unseen = ["violet", "copper", "maple", "river", "stone", "cloud"]
-    table = dict(zip(keys, [*unseen, *WARM_UP_VALUES[-6:]], strict=True))
+    values = [LOOKUP_TABLE[key] for key in keys]
+    table = dict(zip(keys, values[3:] + values[:3], strict=True))
     assert not [key for key in keys if table[key] == LOOKUP_TABLE[key]]
     torch.manual_seed(0)
     from_tool = recited = 0
@@ -159,7 +158,7 @@ def test_answers_with_the_tool_s_result_not_a_memorised_value(
         from_tool += f" {table[row['key']]}." in final
         recited += f" {LOOKUP_TABLE[row['key']]}." in final
     print(f"answers naming the tool's result: {from_tool}/32, the example table's: {recited}/32")
-    # Measured (docs/agents.md): 0.11 of answers before randomised tables, 0.9+ after.
+    # Measured (docs/agents.md, sampled calls): 0.11 before randomised tables, 1.00 after.
     assert from_tool >= 24, (from_tool, recited)
     assert recited <= 4, (from_tool, recited)
 
