@@ -24,78 +24,78 @@ import statistics
 import rft
 
 BASE_MODEL = "rft-tiny-tools"
-SFT_STEPS = 40
+SFT_STEPS = 24
 TRAIN_STEPS = 16
-ITEMS = ["lamp", "chair", "desk", "shelf", "rug", "clock", "mirror", "vase", "sofa", "bench"]
-QUESTIONS = ["What does the {item} cost?", "How much is the {item}?", "Price of the {item}?"]
+REGISTERS = ["alpha", "beta", "gamma", "delta", "kappa", "sigma", "omega", "theta", "eta", "mu"]
+QUESTIONS = ["What is the value of {name}?", "Look up {name}.", "Tell me the value of {name}."]
 
 
 # The tool: the model sees its name, type hints and docstring (the schema the chat template
 # renders). It runs in the job's sandbox, so like a reward function it is self-contained.
-def get_price(item: str) -> str:
-    """Get the current price of an item in the shop.
+def read_register(name: str) -> str:
+    """Read the word a register holds.
 
     Args:
-        item: The item to price.
+        name: The register to read.
     """
-    prices = {
-        "lamp": "12",
-        "chair": "45",
-        "desk": "80",
-        "shelf": "30",
-        "rug": "25",
-        "clock": "18",
-        "mirror": "60",
-        "vase": "9",
-        "sofa": "300",
-        "bench": "55",
+    registers = {
+        "alpha": "oak",
+        "beta": "frog",
+        "gamma": "sun",
+        "delta": "milk",
+        "kappa": "gold",
+        "sigma": "tea",
+        "omega": "leaf",
+        "theta": "salt",
+        "eta": "wind",
+        "mu": "corn",
     }
-    return prices.get(item, "no item called " + repr(item))
+    return registers.get(name, "no register called " + repr(name))
 
 
 # The same tool as the chat template shows it to the model (OpenAI's and TRL's tool format):
 # an SFT row's `tools`, so the transcripts render exactly as the agent job's rollouts will.
-GET_PRICE_SCHEMA = {
+READ_REGISTER_SCHEMA = {
     "type": "function",
     "function": {
-        "name": "get_price",
-        "description": "Get the current price of an item in the shop.",
+        "name": "read_register",
+        "description": "Read the word a register holds.",
         "parameters": {
             "type": "object",
-            "properties": {"item": {"type": "string", "description": "The item to price."}},
-            "required": ["item"],
+            "properties": {"name": {"type": "string", "description": "The register to read."}},
+            "required": ["name"],
         },
         "return": {"type": "string"},
     },
 }
 
 
-def answer(item: str, price: str) -> str:
-    return f"The {item} costs {price}."
+def answer(name: str, word: str) -> str:
+    return f"The value of {name} is {word}."
 
 
-def question(rng: random.Random, item: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": rng.choice(QUESTIONS).format(item=item)}]
+def question(rng: random.Random, name: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": rng.choice(QUESTIONS).format(name=name)}]
 
 
-def transcript(rng: random.Random, item: str) -> dict[str, object]:
+def transcript(rng: random.Random, name: str) -> dict[str, object]:
     """One SFT row: the question, then the assistant's turns (the call, the tool's result, the
     answer quoting it). The loss is on the completion."""
-    price = get_price(item)
-    call = {"type": "function", "function": {"name": "get_price", "arguments": {"item": item}}}
+    word = read_register(name)
+    call = {"type": "function", "function": {"name": "read_register", "arguments": {"name": name}}}
     return {
-        "prompt": question(rng, item),
+        "prompt": question(rng, name),
         "completion": [
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "get_price", "content": price},
-            {"role": "assistant", "content": answer(item, price)},
+            {"role": "tool", "name": "read_register", "content": word},
+            {"role": "assistant", "content": answer(name, word)},
         ],
-        "tools": [GET_PRICE_SCHEMA],
+        "tools": [READ_REGISTER_SCHEMA],
     }
 
 
-def correct_price(prompt, completion, example):
-    """1.0 when the final answer names the item's price (as a whole number), else 0.0."""
+def correct_word(prompt, completion, example):
+    """1.0 when the final answer names the word the register holds, else 0.0."""
     import re
 
     return 1.0 if re.search(r"\b" + re.escape(example["answer"]) + r"\b", completion) else 0.0
@@ -112,20 +112,22 @@ def answered_from_the_tool(trajectory: list[rft.TrajectoryMessage]) -> bool:
 
 def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
     rng = random.Random(1)
-    transcripts = [transcript(rng, rng.choice(ITEMS)) for _ in range(64)]
+    transcripts = [transcript(rng, rng.choice(REGISTERS)) for _ in range(64)]
     questions = []
     for _ in range(64):
-        item = rng.choice(ITEMS)
-        questions.append({"prompt": question(rng, item), "item": item, "answer": get_price(item)})
+        name = rng.choice(REGISTERS)
+        questions.append(
+            {"prompt": question(rng, name), "name": name, "answer": read_register(name)}
+        )
 
     with rft.Client() as client:  # api_key and base_url come from RFT_API_KEY and RFT_BASE_URL
         # 1. The warm-up: supervised, on transcripts of the tool in use.
         sft = client.jobs.create(
-            dataset=client.datasets.upload(transcripts, name="get_price transcripts"),
+            dataset=client.datasets.upload(transcripts, name="read_register transcripts"),
             base_model=BASE_MODEL,
             method="sft",
             hyperparameters=rft.Hyperparameters(
-                train_steps=sft_steps, batch_size=8, learning_rate=5e-3, seed=0
+                train_steps=sft_steps, batch_size=8, learning_rate=2e-3, seed=0
             ),
         )
         sft = client.jobs.wait(sft.id)
@@ -133,12 +135,12 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
         print(f"{sft.id} (sft): {sft.status}, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
 
         # 2. The agent job, from the warm-up's adapter: the tool runs, the reward pays for the
-        # price it returned.
+        # word it returned.
         job = client.jobs.create(
-            dataset=client.datasets.upload(questions, name="price questions"),
+            dataset=client.datasets.upload(questions, name="register questions"),
             init_from=sft,
-            reward_functions={"correct_price": correct_price},
-            tools=[get_price],
+            reward_functions={"correct_word": correct_word},
+            tools=[read_register],
             hyperparameters=rft.Hyperparameters(
                 preset="tiny-cpu",
                 train_steps=train_steps,

@@ -25,6 +25,7 @@ from sandbox.api import RewardForm
 from sandbox.inspection import find_reward_entry_point
 from service.datasets.supervised import sft_examples
 from workers.training.model_building import directory_digest
+from workers.training.sft import trained_examples
 from workers.training.tiny_model import resolve_base_model
 from workers.training.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
@@ -135,6 +136,14 @@ def test_an_sft_row_of_the_conversation_renders_the_same_tokens(tokenizer: Any) 
     )
     # The template ends the last turn with a newline GRPO never generates (it stops at eos).
     assert list(rendered) == ids + tokenizer.encode("\n", add_special_tokens=False)
+    # The SFT job learns the assistant's turns only, as GRPO's loss sees them (not the tool's
+    # result, which only the tool can know).
+    [trained] = trained_examples([example], tokenizer)
+    assert trained["input_ids"] == list(rendered)
+    learned = [token for token in trained["labels"] if token != -100]
+    assert tokenizer.decode(learned) == (
+        tool_call_text("gamma", tool) + "\n" + answer_text("gamma", "violet") + "\n"
+    )
 
 
 def test_answers_with_the_tool_s_result_not_a_memorised_value(
