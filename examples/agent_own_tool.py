@@ -32,7 +32,7 @@ QUESTIONS = ["What is the value of {name}?", "Look up {name}.", "Tell me the val
 
 # The tool: the model sees its name, type hints and docstring (the schema the chat template
 # renders). It runs in the job's sandbox, so like a reward function it is self-contained.
-def read_register(name: str) -> str:
+def get_word(name: str) -> str:
     """Read the word a register holds.
 
     Args:
@@ -55,10 +55,10 @@ def read_register(name: str) -> str:
 
 # The same tool as the chat template shows it to the model (OpenAI's and TRL's tool format):
 # an SFT row's `tools`, so the transcripts render exactly as the agent job's rollouts will.
-READ_REGISTER_SCHEMA = {
+GET_WORD_SCHEMA = {
     "type": "function",
     "function": {
-        "name": "read_register",
+        "name": "get_word",
         "description": "Read the word a register holds.",
         "parameters": {
             "type": "object",
@@ -81,16 +81,16 @@ def question(rng: random.Random, name: str) -> list[dict[str, str]]:
 def transcript(rng: random.Random, name: str) -> dict[str, object]:
     """One SFT row: the question, then the assistant's turns (the call, the tool's result, the
     answer quoting it). The loss is on the completion."""
-    word = read_register(name)
-    call = {"type": "function", "function": {"name": "read_register", "arguments": {"name": name}}}
+    word = get_word(name)
+    call = {"type": "function", "function": {"name": "get_word", "arguments": {"name": name}}}
     return {
         "prompt": question(rng, name),
         "completion": [
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "read_register", "content": word},
+            {"role": "tool", "name": "get_word", "content": word},
             {"role": "assistant", "content": answer(name, word)},
         ],
-        "tools": [READ_REGISTER_SCHEMA],
+        "tools": [GET_WORD_SCHEMA],
     }
 
 
@@ -116,18 +116,16 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
     questions = []
     for _ in range(64):
         name = rng.choice(REGISTERS)
-        questions.append(
-            {"prompt": question(rng, name), "name": name, "answer": read_register(name)}
-        )
+        questions.append({"prompt": question(rng, name), "name": name, "answer": get_word(name)})
 
     with rft.Client() as client:  # api_key and base_url come from RFT_API_KEY and RFT_BASE_URL
         # 1. The warm-up: supervised, on transcripts of the tool in use.
         sft = client.jobs.create(
-            dataset=client.datasets.upload(transcripts, name="read_register transcripts"),
+            dataset=client.datasets.upload(transcripts, name="get_word transcripts"),
             base_model=BASE_MODEL,
             method="sft",
             hyperparameters=rft.Hyperparameters(
-                train_steps=sft_steps, batch_size=8, learning_rate=2e-3, seed=0
+                train_steps=sft_steps, batch_size=8, learning_rate=4e-3, seed=0
             ),
         )
         sft = client.jobs.wait(sft.id)
@@ -140,7 +138,7 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
             dataset=client.datasets.upload(questions, name="register questions"),
             init_from=sft,
             reward_functions={"correct_word": correct_word},
-            tools=[read_register],
+            tools=[get_word],
             hyperparameters=rft.Hyperparameters(
                 preset="tiny-cpu",
                 train_steps=train_steps,

@@ -1,7 +1,7 @@
 """The agent examples, as a user would run them through the SDK.
 
 examples/agent_own_tool.py is the path a user takes with a small model and a tool of their own
-(`read_register`, not the `lookup` the tiny model was warmed up on): an SFT job on transcripts of
+(`get_word`, not the `lookup` the tiny model was warmed up on): an SFT job on transcripts of
 the tool, then a GRPO agent job `init_from` it. It runs end to end here, on the shared stack:
 by its last steps a clear majority of answers equal the tool's result, and the reward rises.
 
@@ -25,7 +25,7 @@ from service.stack import LocalStack
 from workers.training.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SFT_STEPS = 24
+SFT_STEPS = 16
 STEPS = 8
 
 
@@ -48,8 +48,8 @@ def test_the_own_tool_example_s_transcripts_show_the_tool_as_the_agent_job_will(
     """The SFT rows' `tools` is the schema GRPO renders from the tool itself: the warm-up's
     prompts are the agent job's, token for token."""
     example = load_example("agent_own_tool")
-    assert get_json_schema(example.read_register) == example.READ_REGISTER_SCHEMA
-    assert example.read_register("beta") == "frog"
+    assert get_json_schema(example.get_word) == example.GET_WORD_SCHEMA
+    assert example.get_word("beta") == "frog"
     assert example.correct_word([], example.answer("beta", "frog"), {"answer": "frog"}) == 1.0
     assert example.correct_word([], example.answer("beta", "frogs"), {"answer": "frog"}) == 0.0
 
@@ -85,4 +85,4 @@ def test_a_small_model_learns_to_answer_from_the_user_s_own_tool(
     assert float(last) > float(first), output
     share = re.findall(r"answers equal to the tool's result, last \d+ steps: ([\d.]+)", output)
     assert float(share[0]) >= 0.6, output
-    assert "read_register -> '" in output, output
+    assert "get_word -> '" in output, output
