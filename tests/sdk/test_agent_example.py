@@ -2,8 +2,9 @@
 
 examples/agent_own_tool.py is the path a user takes with a small model and a tool of their own
 (`get_word`, not the `lookup` the tiny model was warmed up on): an SFT job on transcripts of
-the tool, then a GRPO agent job `init_from` it. It runs end to end here, on the shared stack:
-by its last steps a clear majority of answers equal the tool's result, and the reward rises.
+the tool, then a GRPO agent job `init_from` it. Its transcripts must show the tool as the agent
+job will (checked here). Its end-to-end run is not a test yet: see docs/agents.md ("Your own
+tool with a small model") for what it measured.
 
 examples/agent_lookup.py (GRPO alone on the warm-up's own task) is checked for what it shows
 the model; that its reward rises is shown where it is cheapest and exact:
@@ -12,21 +13,14 @@ tests/training/test_agent_training.py::test_grpo_raises_a_tool_using_reward."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from transformers.utils import get_json_schema
 
-from service.stack import LocalStack
 from workers.training.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SFT_STEPS = 16
-STEPS = 8
 
 
 def load_example(name: str) -> ModuleType:
@@ -52,37 +46,3 @@ def test_the_own_tool_example_s_transcripts_show_the_tool_as_the_agent_job_will(
     assert example.get_word("beta") == "frog"
     assert example.correct_word([], example.answer("beta", "frog"), {"answer": "frog"}) == 1.0
     assert example.correct_word([], example.answer("beta", "frogs"), {"answer": "frog"}) == 0.0
-
-
-def test_a_small_model_learns_to_answer_from_the_user_s_own_tool(
-    stack: LocalStack, api_key: str
-) -> None:
-    env = {**os.environ, "RFT_BASE_URL": stack.base_url, "RFT_API_KEY": api_key}
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "agent_own_tool.py"),
-            "--sft-steps",
-            str(SFT_STEPS),
-            "--steps",
-            str(STEPS),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    output = result.stdout
-    print(output)  # what the user sees (shown with pytest -s)
-    assert result.returncode == 0, output + result.stderr
-    assert re.search(r"\(sft\): succeeded, loss [\d.]+ -> [\d.]+", output), output
-    assert re.search(r"job_\w+: succeeded", output), output
-    steps = re.findall(r"step +\d+ +reward ([\d.]+) +answers from the tool ([\d.]+)", output)
-    assert len(steps) == STEPS, output
-    first, last = re.findall(
-        r"mean reward: first \d+ steps ([\d.]+), last \d+ steps ([\d.]+)", output
-    )[0]
-    assert float(last) > float(first), output
-    share = re.findall(r"answers equal to the tool's result, last \d+ steps: ([\d.]+)", output)
-    assert float(share[0]) >= 0.6, output
-    assert "get_word -> '" in output, output
