@@ -29,18 +29,18 @@ from kept_steps import KeptSteps  # type: ignore[import-not-found]
 from sandbox.agent_api import AgentLimits, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
 from sandbox.api import RewardFunctionSpec
-from sandbox.process import create_sandbox
+from sandbox.reward_host import create_sandbox
 from sandbox.settings import SandboxSettings
-from service.jobs.hyperparameters import PRESETS, Hyperparameters
-from workers.training.agents import AgentSession
-from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
     lookup_dataset,
 )
+from service.jobs.hyperparameters import PRESETS, Hyperparameters
+from workers.training.agents.session import AgentSession
+from workers.training.grpo import TrainingSpec, run_grpo
+from workers.training.step_records import RewardConfig
 
 ROLLOUTS_PER_STEP = 64
 

@@ -30,7 +30,7 @@ def child(variant: str) -> dict[str, float]:
 
     from tests.training.harness import RecordingObserver
     from tests.vllm_generation.conftest import VLLM_CACHE_ROOT
-    from workers.training import kept_engine
+    from workers.training.kept_engine import EngineKeeper
     from workers.training.step_records import StepRecord
 
     class TimedObserver(RecordingObserver):
@@ -46,16 +46,16 @@ def child(variant: str) -> dict[str, float]:
     train = importlib.import_module("tests.vllm_generation.test_vllm_training").train
     # The compile cache the vLLM tests fill: both variants start compiled, as a worker's jobs do.
     os.environ.setdefault("VLLM_CACHE_ROOT", str(VLLM_CACHE_ROOT))
-    if variant == "kept":
-        kept_engine.allow_keeping()
+    keeper = EngineKeeper(may_keep=variant == "kept")
     with tempfile.TemporaryDirectory() as folder:
-        train(Path(folder) / "a", 2)
+        train(Path(folder) / "a", 2, engines=keeper)
         observer = TimedObserver()
         started = time.perf_counter()
-        train(Path(folder) / "b", 3, observer=observer, seed=7)
+        train(Path(folder) / "b", 3, observer=observer, seed=7, engines=keeper)
         ended = time.perf_counter()
     assert observer.first_step_at is not None
-    assert kept_engine.adoptions() == (1 if variant == "kept" else 0)
+    keeper.release_kept()
+    assert keeper.adoptions() == (1 if variant == "kept" else 0)
     return {"first_step_s": observer.first_step_at - started, "job_s": ended - started}
 
 

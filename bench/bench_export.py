@@ -127,7 +127,7 @@ def main() -> None:
         run_export(args)
         return
 
-    from workers.training.tiny_model import ensure_tiny_model
+    from service.base_models.built_in.tiny_model import ensure_tiny_model
 
     root = Path(tempfile.gettempdir())
     tiny = ensure_tiny_model(root / "rft-bench-models")

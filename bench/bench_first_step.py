@@ -14,6 +14,7 @@ Run: python bench/bench_first_step.py [--rounds 3]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from synthetic import create_tenant_key, use_database  # type: ignore[import-not
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.stack import LocalStack
-from workers.training.rank_process import SPARE_READY
+from workers.training.spare import SPARE_READY
 
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^\]]*\] (.*)$")
 
@@ -105,16 +107,30 @@ def submit_and_wait(http: httpx.Client, dataset_id: str, worker_log: Path) -> di
     }
 
 
+@contextlib.contextmanager
+def demo_tenant(stack: LocalStack) -> Iterator[tuple[httpx.Client, str]]:
+    """A new tenant's client of ``stack``'s API, and the demo dataset's id, uploaded by it."""
+    assert stack.database_url
+    use_database(stack.database_url)
+    _, key = create_tenant_key()
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=stack.base_url, headers=headers, timeout=120) as http:
+        with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
+            response = http.post("/v1/datasets", files={"file": ("demo.jsonl", handle)})
+        response.raise_for_status()
+        yield http, response.json()["id"]
+
+
 def in_process_parts() -> dict[str, float]:
     """The worker's start-up pieces, timed one by one in this (import-warm) process."""
-    from sandbox.process import ProcessSandbox
+    from sandbox.reward_host import ProcessSandbox
+    from service.base_models.built_in.tiny_model import ensure_tiny_model
     from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
     from service.settings import get_settings, sandbox_settings
     from workers.training.grpo import TrainingSpec, build_trainer
     from workers.training.reward_dispatch import RewardDispatcher
     from workers.training.step_records import RewardConfig
-    from workers.training.tiny_model import ensure_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="rft-bench-first-"))
     ensure_tiny_model(work)  # built once per machine in real life: not part of a job
@@ -148,16 +164,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rft-bench-first-step-"))
     rounds: list[dict[str, float]] = []
     with LocalStack(work / "stack", workers=1) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
         worker_log = stack.log_dir / "worker1.log"
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
-                response = http.post("/v1/datasets", files={"file": ("demo.jsonl", handle)})
-            response.raise_for_status()
-            dataset_id = response.json()["id"]
+        with demo_tenant(stack) as (http, dataset_id):
             cold = submit_and_wait(http, dataset_id, worker_log)  # warms the worker
             for done in range(1, args.rounds + 1):
                 # The job trains in a spare process started (and importing) when the previous

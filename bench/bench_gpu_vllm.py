@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_memory import KeptSteps, build_random_qwen2  # type: ignore[import-not-found]
+from phases import PhaseClock, dtypes, patch_grpo_train, phase_table  # type: ignore[import-not-found]
 
 HALF_B_MODEL: dict[str, Any] = {
     "hidden_size": 896,
@@ -49,6 +50,30 @@ PROMPTS_PER_STEP = 4
 NUM_GENERATIONS = 8
 # Steps before this one include vLLM's warm-up (CUDA graphs, first weight sync): not timed.
 FIRST_TIMED_STEP = 3
+
+
+def timing_phases() -> dict[str, Any]:
+    """Times this process's GRPOTrainer.train() by phase (bench/phases.py); the dict gets the
+    steps and dtypes once train() returns."""
+    found: dict[str, Any] = {"phases": [], "dtypes": {}}
+
+    def keep(clock: PhaseClock, trainer: Any) -> None:
+        found["phases"], found["dtypes"] = clock.steps, dtypes(trainer)
+
+    patch_grpo_train(keep)
+    return found
+
+
+def phase_report(service: dict[str, Any], bare: dict[str, Any]) -> str:
+    """The per-phase table of two phase results, from FIRST_TIMED_STEP on (the clock's first
+    entry is step 2: a step is timed from the end of the one before)."""
+    skip = FIRST_TIMED_STEP - 2
+    return phase_table(
+        service["phases"][skip:],
+        bare["phases"][skip:],
+        service_dtypes=service["dtypes"],
+        bare_dtypes=bare["dtypes"],
+    )
 
 
 def hyperparameters(args: argparse.Namespace) -> Any:
@@ -69,19 +94,20 @@ def hyperparameters(args: argparse.Namespace) -> Any:
 def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from sandbox.process import create_sandbox
+    from sandbox.reward_host import create_sandbox
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
     from service.settings import Settings
+    from workers.training.colocated_vllm_sizing import colocated_memory_plan
     from workers.training.generation import choose_generation
     from workers.training.grpo import TrainingSpec, run_grpo
     from workers.training.step_records import RewardConfig
-    from workers.training.vllm_memory import colocated_memory_plan
 
     generation = choose_generation(
         Settings(generation_backend=args.generation, vllm_mode="colocate")
     )
     observer = KeptSteps()
+    timed = timing_phases()
     sandbox = create_sandbox(SandboxSettings(isolation="none"))
     with tempfile.TemporaryDirectory() as output:
         spec = TrainingSpec(
@@ -93,7 +119,7 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
             model_cache_dir=Path(output),
             generation=generation,
         )
-        # vLLM's share as the worker computes it (service/jobs/gpu_memory.py), and what torch
+        # vLLM's share as the worker computes it (service/gpu/memory_plan.py), and what torch
         # then measured: the plan's sum against the peak.
         plan = colocated_memory_plan(spec, str(args.model))
         torch.cuda.reset_peak_memory_stats()
@@ -113,6 +139,7 @@ def phase_service(args: argparse.Namespace) -> dict[str, Any]:
         "mean_length": [
             record.extra_metrics.get("completions/mean_length") for record in observer.records
         ],
+        **timed,
     }
 
 
@@ -148,6 +175,7 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
             self.durations.append(time.perf_counter() - self.started)
 
     timer = StepTimer()
+    timed = timing_phases()
     with tempfile.TemporaryDirectory() as output:
         config = GRPOConfig(
             output_dir=output,
@@ -197,7 +225,7 @@ def phase_bare(args: argparse.Namespace) -> dict[str, Any]:
         ]
         model: Any = trainer.model
         dtype = str(next(model.parameters()).dtype)
-    return {"step_s": timer.durations, "mean_length": lengths, "dtype": dtype}
+    return {"step_s": timer.durations, "mean_length": lengths, "dtype": dtype, **timed}
 
 
 def generation_prompts(args: argparse.Namespace) -> list[str]:
@@ -343,6 +371,8 @@ def main() -> None:
         lengths = ", ".join(f"{n:.0f}" for n in run["mean_length"] if n is not None)
         print(f"{name}: steps [{steps}] s; mean completion tokens [{lengths}]")
     print(f"bare model's parameters: {bare['dtype']}")
+    print(f"per phase, median ms per step from step {FIRST_TIMED_STEP}:")
+    print(phase_report(service, bare))
     allocated, reserved = service["peak_gib"]
     print(
         f"service memory: plan {service['memory_plan'] or 'none (not colocated vLLM)'}; "

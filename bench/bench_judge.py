@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandbox.api import DEFAULT_MAX_CONCURRENCY, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import Isolation, SandboxSettings
 
 BATCH_SIZE = 64

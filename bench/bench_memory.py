@@ -42,7 +42,7 @@ NUM_GENERATIONS = 8
 def build_random_qwen2(directory: Path, shape: dict[str, Any]) -> Path:
     """A random Qwen2 of ``shape`` with the tiny model's tokenizer, built once into
     ``directory`` (reused when already there)."""
-    from workers.training.tiny_model import build_tokenizer, save_qwen2
+    from service.base_models.built_in.tiny_model import build_tokenizer, save_qwen2
 
     if not (directory / "config.json").is_file():
         directory.mkdir(parents=True, exist_ok=True)
@@ -54,7 +54,7 @@ def run_configuration(args: argparse.Namespace) -> None:
     """In the child: train, then print one JSON line with peak RSS, rewards and advantages."""
     import torch
 
-    from sandbox.process import create_sandbox
+    from sandbox.reward_host import create_sandbox
     from sandbox.settings import SandboxSettings
     from service.demo import demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters

@@ -13,7 +13,19 @@ Per step: (a) the wall time between consecutive steps; (b) the same from the ste
 created_at (each written as its step ends) and the recorded duration_s; plus submit -> done.
 Parity: per-step reward means of (a) and (b), max abs difference.
 
-Run: python bench/bench_overhead.py [--steps 50] [--rounds 2]
+Per phase (bench/phases.py): both sides' GRPOTrainer is timed by the same wrappers, the
+bare one in this process, the service's in its rank process (bench/phase_hook/sitecustomize.py
+on the stack's PYTHONPATH writes each run's phases to a folder this script reads); the table
+gives each phase's median seconds per step, the service's extra, and service/bare.
+
+--model 13m: a 13M-parameter Qwen2 (hidden 384, 6 layers) built offline with the tiny model's
+tokenizer, given to the service as a path under RFT_MODEL_ROOTS. --generation vllm: both sides
+generate with vLLM colocated (run it with .venv-vllm/bin/python: scripts/setup_vllm.sh).
+--variants: also run_grpo in this process with the sandbox and the database put back one at a
+time (the older breakdown).
+
+Run: python bench/bench_overhead.py [--steps 50] [--rounds 2] [--model tiny|13m]
+     [--generation transformers|vllm] [--variants]
 """
 
 from __future__ import annotations
@@ -21,15 +33,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import math
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +47,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import torch
 from datasets import Dataset
+from in_process import (  # type: ignore[import-not-found]
+    THREADS_ENV,
+    InProcessSandbox,
+    Run,
+    TimedObserver,
+    local_service,
+    recording_observer,
+    wait_for_steps,
+)
 from peft import LoraConfig
-from synthetic import (  # type: ignore[import-not-found]
-    create_running_job,
-    create_tenant_key,
-    use_database,
+from phases import (  # type: ignore[import-not-found]
+    PHASES_DIR_ENV,
+    PhaseClock,
+    dtypes,
+    patch_grpo_train,
+    phase_table,
+    read_phases,
 )
 from transformers import (
     AutoModelForCausalLM,
@@ -55,9 +76,10 @@ from transformers import (
 )
 from trl import GRPOConfig, GRPOTrainer
 
-from sandbox.api import FunctionResult, RewardFunctionSpec, RewardSandbox, ScoringBatch
-from sandbox.process import ProcessSandbox
-from service.artifacts.storage import artifact_store
+from sandbox.api import RewardSandbox
+from sandbox.reward_host import ProcessSandbox
+from service.base_models.built_in.model_building import save_qwen2
+from service.base_models.built_in.tiny_model import build_tokenizer, ensure_tiny_model
 from service.demo import (
     DEMO_BASE_MODEL,
     DEMO_HYPERPARAMETERS,
@@ -69,31 +91,49 @@ from service.demo.follow import DEMO_DIR, demo_job_request
 from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.totals import weighted_total
 from service.settings import get_settings, sandbox_settings
-from service.stack import LocalStack
-from workers.circuit_breaker import RewardCircuitBreaker
-from workers.database_observer import DatabaseObserver
-from workers.identity import WORKER_ID
-from workers.job_watch import JobWatcher
+from workers.training.generation import Generation, choose_generation, transformers_generation
 from workers.training.grpo import TrainingSpec, _grpo_config, run_grpo
-from workers.training.step_records import RewardConfig, StepRecord
-from workers.training.tiny_model import ensure_tiny_model
+from workers.training.step_records import RewardConfig
 
-# Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
-# spin-wait for each other made step times swing tenfold between runs.
-THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+BENCH_DIR = Path(__file__).resolve().parent
+
+# The 13M-class model (docs/measured-facts.md: 0.6-0.9 s/step on CPU): head_dim 64, which vLLM's
+# CPU attention accepts (it needs >= 32).
+QWEN2_13M: dict[str, Any] = {
+    "hidden_size": 384,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "initializer_range": 0.1,
+}
 
 
 @dataclass
-class Run:
-    kind: str
-    step_s: list[float] = field(default_factory=list)  # wall time of each step (step 2 on)
-    rewards: list[float] = field(default_factory=list)  # per-step reward mean
-    function_means: list[dict[str, float]] = field(default_factory=list)
-    recorded_duration_s: list[float] = field(default_factory=list)  # service: duration_s
-    end_to_end_s: float = 0.0
-    train_s: float = 0.0  # first step begins -> last step ends
-    reads_s: float = 0.0  # per step, in should_stop + poll_reward_config (in-process runs)
-    on_step_s: float = 0.0  # per step, in on_step (in-process runs)
+class Setup:
+    """What both sides train: the model (the service's name for it, the bare side's folder)
+    and how both generate."""
+
+    base_model: str
+    model_dir: Path
+    generation: Generation
+
+
+def build_13m_model(root: Path) -> Path:
+    directory = root / "qwen2-13m"
+    if not (directory / "config.json").is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        save_qwen2(directory, build_tokenizer(directory), **QWEN2_13M)
+    return directory
+
+
+# Every GRPOTrainer.train() in this process (the bare runs, the in-process variants) is timed
+# by phase; its clock lands here.
+TIMED_TRAINS: list[tuple[PhaseClock, dict[str, str]]] = []
+
+
+def _keep_phases(clock: PhaseClock, trainer: Any) -> None:
+    TIMED_TRAINS.append((clock, dtypes(trainer)))
 
 
 def demo_hyperparameters(steps: int) -> Hyperparameters:
@@ -101,9 +141,12 @@ def demo_hyperparameters(steps: int) -> Hyperparameters:
     return Hyperparameters(**{**DEMO_HYPERPARAMETERS, "train_steps": steps})
 
 
-def bare_config(steps: int, output_dir: Path, *, summed: bool = False) -> GRPOConfig:
+def bare_config(
+    steps: int, output_dir: Path, *, summed: bool = False, generation: Generation | None = None
+) -> GRPOConfig:
     """The GRPOConfig a user would write to match the service's _grpo_config on CPU."""
     hp = demo_hyperparameters(steps)
+    generation = generation or transformers_generation()
     return GRPOConfig(
         output_dir=str(output_dir),
         per_device_train_batch_size=hp.completions_per_step,
@@ -138,28 +181,38 @@ def bare_config(steps: int, output_dir: Path, *, summed: bool = False) -> GRPOCo
         disable_tqdm=True,
         log_completions=False,
         dataloader_num_workers=0,
+        # As the worker sets them (transformers' own default optimizer is adamw_torch_fused).
+        optim="adamw_torch",
+        use_cpu=True,
+        max_tool_calling_iterations=hp.max_turns,
         # The one addition: TRL weighs several reward functions itself.
         reward_weights=None if summed else [spec.weight for spec in demo_reward_functions()],
+        # Generation: what the worker's settings select (vLLM colocated, its share of memory).
+        **generation.grpo_arguments(hp),
     )
 
 
-def config_differences(steps: int, output_dir: Path) -> list[str]:
-    """Fields where bare_config differs from what the worker builds (reward_weights aside)."""
+def config_differences(steps: int, output_dir: Path, setup: Setup) -> list[str]:
+    """Fields where bare_config differs from what the worker builds (reward_weights aside, and
+    run_name: the worker names the run after the job)."""
     hp = demo_hyperparameters(steps)
     spec = TrainingSpec(
-        base_model=DEMO_BASE_MODEL,
+        base_model=setup.base_model,
         dataset=demo_dataset(),
         reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
         hyperparameters=hp,
         output_dir=output_dir,
         model_cache_dir=output_dir,
+        generation=setup.generation,
     )
-    service = _grpo_config(spec, use_cuda=False, use_bf16=False).to_dict()
-    bare = bare_config(steps, output_dir).to_dict()
+    service = _grpo_config(
+        spec, use_cuda=False, use_bf16=False, model_path=str(setup.model_dir)
+    ).to_dict()
+    bare = bare_config(steps, output_dir, generation=setup.generation).to_dict()
     return [
         f"{key}: service {service.get(key)!r}, bare {bare.get(key)!r}"
         for key in sorted(set(service) | set(bare))
-        if key != "reward_weights" and service.get(key) != bare.get(key)
+        if key not in ("reward_weights", "run_name") and service.get(key) != bare.get(key)
     ]
 
 
@@ -227,10 +280,16 @@ def summed_reward_callable() -> Any:
     return rft_reward
 
 
-def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
+def run_bare(steps: int, work: Path, setup: Setup, *, summed: bool = False) -> Run:
     run = Run("bare, one summed reward" if summed else "bare")
     started = time.perf_counter()
-    model_dir = ensure_tiny_model(work / "models")
+    model_dir = setup.model_dir
+    if setup.generation.vllm_on_cpu:
+        # vLLM's CPU backend repacks linear weights, which TRL's weight sync cannot load into;
+        # what any TRL script on vLLM-CPU needs (docs/measured-facts.md). Not on CUDA.
+        from workers.training.vllm_cpu import keep_plain_linear_weights
+
+        keep_plain_linear_weights()
     tokenizer = AutoTokenizer.from_pretrained(
         model_dir, padding_side="left", truncation_side="left"
     )
@@ -239,7 +298,12 @@ def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[summed_reward_callable()] if summed else demo_reward_callables(),
-        args=bare_config(steps, work / f"bare-{time.monotonic_ns()}", summed=summed),
+        args=bare_config(
+            steps,
+            work / f"bare-{time.monotonic_ns()}",
+            summed=summed,
+            generation=setup.generation,
+        ),
         train_dataset=Dataset.from_list(demo_dataset()),
         processing_class=tokenizer,
         peft_config=LoraConfig(
@@ -255,6 +319,12 @@ def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
     trainer.add_callback(clock)
     trainer.train()
     trainer.save_model(str(work / "bare-adapter"))
+    if setup.generation.uses_vllm:
+        from workers.training.generation import release_vllm
+
+        release_vllm(trainer)  # as the worker does after a job: the next run starts its own
+    timed, run.dtypes = TIMED_TRAINS[-1]
+    run.phases, run.events = timed.steps, timed.events
     run.end_to_end_s = time.perf_counter() - started
     run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
     assert clock.first_begin is not None
@@ -262,82 +332,7 @@ def run_bare(steps: int, work: Path, *, summed: bool = False) -> Run:
     return run
 
 
-class InProcessSandbox:
-    """RewardSandbox that calls the demo functions in this process: no pipes, no isolation."""
-
-    def __init__(self) -> None:
-        self._names: list[str] = []
-        self._namespace: dict[str, Any] = {}
-
-    def load(self, functions: Sequence[RewardFunctionSpec]) -> None:
-        for spec in functions:
-            exec(spec.source, self._namespace)  # our own bundled demo code
-        self._names = [spec.name for spec in functions]
-
-    def score(self, batch: ScoringBatch) -> dict[str, FunctionResult]:
-        return {
-            name: FunctionResult(
-                name=name,
-                version=1,
-                scores=[
-                    float(self._namespace[name](p, c, e))
-                    for p, c, e in zip(
-                        batch.prompts, batch.completions, batch.examples, strict=True
-                    )
-                ],
-            )
-            for name in self._names
-        }
-
-    def close(self) -> None:
-        pass
-
-
-class TimedObserver:
-    """Wraps an observer (or none) and keeps each step's end time."""
-
-    def __init__(self, inner: DatabaseObserver | None) -> None:
-        self.inner = inner
-        self.ends: list[float] = []
-        self.rewards: list[float] = []
-        self.reads_s = 0.0  # in should_stop and poll_reward_config: the job row, read per step
-        self.on_step_s = 0.0
-
-    def on_step(self, record: StepRecord) -> None:
-        started = time.perf_counter()
-        if self.inner is not None:
-            self.inner.on_step(record)
-        self.ends.append(time.perf_counter())
-        self.on_step_s += self.ends[-1] - started
-        self.rewards.append(record.reward_mean if record.reward_mean is not None else math.nan)
-
-    def on_checkpoint(self, step: int, path: Path) -> None:
-        if self.inner is not None:
-            self.inner.on_checkpoint(step, path)
-
-    def should_stop(self) -> str | None:
-        if self.inner is None:
-            return None
-        started = time.perf_counter()
-        try:
-            return self.inner.should_stop()
-        finally:
-            self.reads_s += time.perf_counter() - started
-
-    def on_config_rejected(self, version: int, message: str) -> None:
-        pass
-
-    def poll_reward_config(self, current_version: int, starting_step: int) -> RewardConfig | None:
-        if self.inner is None:
-            return None
-        started = time.perf_counter()
-        try:
-            return self.inner.poll_reward_config(current_version, starting_step)
-        finally:
-            self.reads_s += time.perf_counter() - started
-
-
-def run_in_process(steps: int, work: Path, *, sandboxed: bool, database: bool) -> Run:
+def run_in_process(steps: int, work: Path, setup: Setup, *, sandboxed: bool, database: bool) -> Run:
     """run_grpo (the worker's training code) in this process, parts of the service swapped out."""
     kind = "run_grpo" + (", bwrap sandbox" if sandboxed else ", in-process rewards")
     run = Run(kind + (", DatabaseObserver" if database else ", no database"))
@@ -346,36 +341,21 @@ def run_in_process(steps: int, work: Path, *, sandboxed: bool, database: bool) -
         if sandboxed
         else InProcessSandbox()
     )
-    inner = None
-    watcher = None
-    if database:
-        tenant_id, _ = create_tenant_key()
-        job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
-        # As the worker runs it: job state from the LISTEN/NOTIFY watcher, not per-step reads.
-        watcher = JobWatcher(job_id, get_settings().require_database_url()).__enter__()
-        inner = DatabaseObserver(
-            job_id,
-            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
-            artifact_store(get_settings()),
-            watcher,
+    with recording_observer(database) as inner:
+        observer = TimedObserver(inner)
+        spec = TrainingSpec(
+            base_model=setup.base_model,
+            dataset=demo_dataset(),
+            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
+            hyperparameters=demo_hyperparameters(steps),
+            output_dir=work / f"in-process-{time.monotonic_ns()}",
+            model_cache_dir=work / "models",
+            generation=setup.generation,
         )
-    observer = TimedObserver(inner)
-    spec = TrainingSpec(
-        base_model=DEMO_BASE_MODEL,
-        dataset=demo_dataset(),
-        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-        hyperparameters=demo_hyperparameters(steps),
-        output_dir=work / f"in-process-{time.monotonic_ns()}",
-        model_cache_dir=work / "models",
-    )
-    try:
-        run_grpo(spec, sandbox, observer)
-    finally:
-        sandbox.close()
-        if inner is not None:
-            inner.close()
-        if watcher is not None:
-            watcher.__exit__(None, None, None)
+        try:
+            run_grpo(spec, sandbox, observer)
+        finally:
+            sandbox.close()
     run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
     run.rewards = observer.rewards
     run.reads_s = observer.reads_s / len(observer.ends)
@@ -383,36 +363,27 @@ def run_in_process(steps: int, work: Path, *, sandboxed: bool, database: bool) -
     return run
 
 
-def run_service(http: httpx.Client, steps: int) -> Run:
+def run_service(http: httpx.Client, steps: int, setup: Setup, phases_dir: Path) -> Run:
     run = Run("service")
     started = time.perf_counter()
+    since_ns = time.time_ns()
     with open(DEMO_DIR / "dataset.jsonl", "rb") as handle:
         response = http.post("/v1/datasets", files={"file": ("demo.jsonl", handle)})
     response.raise_for_status()
-    response = http.post(
-        "/v1/jobs", json=demo_job_request(response.json()["id"], train_steps=steps)
-    )
+    request = demo_job_request(response.json()["id"], train_steps=steps)
+    request["base_model"] = setup.base_model
+    response = http.post("/v1/jobs", json=request)
     response.raise_for_status()
-    job_id = response.json()["id"]
-    while True:
-        job = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            break
-        # Rarely: each poll costs the API and Postgres CPU that the 2-core machine's worker
-        # would otherwise have (polling every 50 ms slowed the service's steps measurably).
-        time.sleep(0.5)
-    run.end_to_end_s = time.perf_counter() - started
-    if job["status"] != "succeeded":
-        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
-    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
-    run.step_s = [b - a for a, b in itertools.pairwise(created)]
-    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    rows = wait_for_steps(http, response.json()["id"], run, started)
     run.rewards = [row["reward_mean"] for row in rows]
     run.function_means = [
         {name: metrics["mean"] for name, metrics in row["reward_functions"].items()} for row in rows
     ]
-    run.train_s = created[-1] - created[0] + rows[0]["duration_s"]
+    run.train_s = sum(run.step_s) + rows[0]["duration_s"]
+    timed = read_phases(phases_dir, since_ns)
+    if len(timed) != 1:
+        raise RuntimeError(f"expected one phase file from the rank process, found {len(timed)}")
+    run.phases, run.dtypes, run.events = timed[0]["steps"], timed[0]["dtypes"], timed[0]["events"]
     return run
 
 
@@ -452,6 +423,23 @@ def summarize(runs: list[Run]) -> None:
     print("rewards (bare r1):    " + " ".join(f"{r:.3f}" for r in reference[:12]) + " ...")
     print("rewards (service r1): " + " ".join(f"{r:.3f}" for r in service[0].rewards[:12]) + " ...")
 
+    print("\n== per phase: median ms per step, all rounds (bench/phases.py) ==")
+    print(
+        phase_table(
+            [step for run in service for step in run.phases],
+            [step for run in bare for step in run.phases],
+            service_dtypes=service[0].dtypes,
+            bare_dtypes=bare[0].dtypes,
+        )
+    )
+    print("recording by callback event, ms per timed step (service | bare):")
+    for event in sorted({event for run in runs for event in run.events}):
+        cells = []
+        for group in (service, bare):
+            seconds = sum(run.events.get(event, [0.0, 0])[0] for run in group)
+            cells.append(f"{seconds * 1000 / sum(len(run.phases) for run in group):.2f}")
+        print(f"  {event:<16} {cells[0]:>8} | {cells[1]}")
+
 
 def breakdown(parts: list[Run], bare: list[float], service: list[float]) -> None:
     print("\n== where the time and the differences come from (interleaved, medians) ==")
@@ -482,41 +470,74 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", choices=("tiny", "13m"), default="tiny")
+    parser.add_argument("--generation", choices=("transformers", "vllm"), default="transformers")
+    parser.add_argument("--variants", action="store_true", help="also the in-process variants")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.update(THREADS_ENV)
     torch.set_num_threads(1)
     print(f"load average at start: {os.getloadavg()}")
     work = Path(tempfile.mkdtemp(prefix="rft-bench-overhead-"))
-    differences = config_differences(args.steps, work)
+    phases_dir = work / "phases"
+    stack_env = {
+        **THREADS_ENV,
+        # The service's rank process times its phases as this process times the bare side's.
+        "PYTHONPATH": os.pathsep.join(
+            [
+                str(BENCH_DIR / "phase_hook"),
+                # This checkout's code in every process (an environment's editable install
+                # may point at another one).
+                str(BENCH_DIR.parent),
+                *filter(None, [os.environ.get("PYTHONPATH")]),
+            ]
+        ),
+        PHASES_DIR_ENV: str(phases_dir),
+        "RFT_GENERATION_BACKEND": args.generation,
+    }
+    if args.model == "13m":
+        model_dir = build_13m_model(work / "roots")
+        stack_env["RFT_MODEL_ROOTS"] = str(work / "roots")
+        setup = Setup(str(model_dir), model_dir, transformers_generation())
+    else:
+        setup = Setup(
+            DEMO_BASE_MODEL, ensure_tiny_model(work / "models"), transformers_generation()
+        )
+    if args.generation == "vllm":
+        setup.generation = choose_generation(
+            get_settings().model_copy(
+                update={"generation_backend": "vllm", "vllm_mode": "colocate"}
+            )
+        )
+    print(f"model {setup.base_model}; generation {setup.generation.describe()}")
+    patch_grpo_train(_keep_phases)
+    differences = config_differences(args.steps, work, setup)
     print(
         "GRPOConfig of the bare script vs the worker's _grpo_config: "
         + ("identical (reward_weights aside)" if not differences else "; ".join(differences))
     )
     runs: list[Run] = []
-    with LocalStack(work / "stack", workers=1, extra_env=THREADS_ENV) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            # Warm both sides (imports, the tiny model build) before anything is timed.
-            run_service(http, 2)
-            run_bare(2, work)
-            for _ in range(args.rounds):
-                runs.append(run_bare(args.steps, work))
-                runs.append(run_service(http, args.steps))
-            # Where the difference goes: the worker's training code in this process, with
-            # the sandbox and the database put back one at a time; and the reward weighting.
-            parts: list[Run] = []
-            for _ in range(args.rounds):
-                parts.append(run_bare(args.steps, work))
-                parts.append(run_bare(args.steps, work, summed=True))
-                parts.append(run_in_process(args.steps, work, sandboxed=False, database=False))
-                parts.append(run_in_process(args.steps, work, sandboxed=True, database=False))
-                parts.append(run_in_process(args.steps, work, sandboxed=True, database=True))
+    parts: list[Run] = []
+    with local_service(work / "stack", stack_env) as http:
+        # Warm both sides (imports, the model build, vLLM's compile cache) before anything
+        # is timed.
+        run_service(http, 2, setup, phases_dir)
+        run_bare(2, work, setup)
+        for _ in range(args.rounds):
+            runs.append(run_bare(args.steps, work, setup))
+            runs.append(run_service(http, args.steps, setup, phases_dir))
+        # Where the difference goes: the worker's training code in this process, with
+        # the sandbox and the database put back one at a time; and the reward weighting.
+        for _ in range(args.rounds if args.variants else 0):
+            parts.append(run_bare(args.steps, work, setup))
+            parts.append(run_bare(args.steps, work, setup, summed=True))
+            for sandboxed, database in ((False, False), (True, False), (True, True)):
+                parts.append(
+                    run_in_process(args.steps, work, setup, sandboxed=sandboxed, database=database)
+                )
     summarize(runs)
-    breakdown(parts, runs[0].rewards, runs[1].rewards)
+    if parts:
+        breakdown(parts, runs[0].rewards, runs[1].rewards)
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -35,7 +35,7 @@ from synthetic import (  # type: ignore[import-not-found]
     make_step_record,
 )
 
-from sandbox.process import create_sandbox
+from sandbox.reward_host import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.bulk import (
     copy_into,

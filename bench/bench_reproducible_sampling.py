@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from sandbox.process import create_sandbox
+from sandbox.reward_host import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.demo import demo_dataset
 from service.jobs.hyperparameters import PRESETS, Hyperparameters

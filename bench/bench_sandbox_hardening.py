@@ -27,11 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_sandbox import BATCH_SIZE, FORMAT_REWARD, make_batch
 
-import sandbox.process
+import sandbox.worker_process
 from sandbox.api import RewardFunctionSpec, ScoringBatch
-from sandbox.isolation import CHILD_PROGRAM, LaunchPlan, detect_isolation, plan_launch
-from sandbox.process import ProcessSandbox, SandboxWorker
+from sandbox.isolation import REWARD_CHILD, LaunchPlan, detect_isolation, plan_launch
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
+from sandbox.worker_process import SandboxWorker
 
 VARIANTS = ("plain", "hardened")
 Measured = TypeVar("Measured")
@@ -40,7 +41,7 @@ Measured = TypeVar("Measured")
 def plain_plan(
     settings: SandboxSettings,
     program: list[str] | None = None,
-    child_program: Path = CHILD_PROGRAM,
+    child_program: str = REWARD_CHILD,
     egress_socket: Path | None = None,
 ) -> LaunchPlan:
     plan = plan_launch(settings, program, child_program, egress_socket)
@@ -48,7 +49,7 @@ def plain_plan(
 
 
 def launching(variant: str) -> None:
-    sandbox.process.plan_launch = plain_plan if variant == "plain" else plan_launch
+    sandbox.worker_process.plan_launch = plain_plan if variant == "plain" else plan_launch
 
 
 def tree_cpu_s(root: int) -> float:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kept_steps import KeptSteps  # type: ignore[import-not-found]
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
 from service.jobs.hyperparameters import Hyperparameters

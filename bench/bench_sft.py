@@ -28,7 +28,6 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import torch
-from bench_overhead import THREADS_ENV, Run, TimedObserver  # type: ignore[import-not-found]
 from datasets import Dataset
-from peft import LoraConfig
-from synthetic import (  # type: ignore[import-not-found]
-    create_running_job,
-    create_tenant_key,
-    use_database,
+from in_process import (  # type: ignore[import-not-found]
+    THREADS_ENV,
+    Run,
+    TimedObserver,
+    local_service,
+    recording_observer,
+    wait_for_steps,
 )
+from peft import LoraConfig
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -55,18 +56,11 @@ from transformers import (
 )
 from trl import SFTConfig, SFTTrainer
 
-from service.artifacts.storage import artifact_store
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.jobs.hyperparameters import Hyperparameters
-from service.settings import get_settings
-from service.stack import LocalStack
-from workers.circuit_breaker import RewardCircuitBreaker
-from workers.database_observer import DatabaseObserver
-from workers.identity import WORKER_ID
-from workers.job_watch import JobWatcher
 from workers.training.sft import run_sft, sft_config
 from workers.training.spec import TrainingSpec
 from workers.training.step_records import RewardConfig
-from workers.training.tiny_model import ensure_tiny_model
 
 WORDS = ["apple", "banana", "cat", "dog", "alpha", "beta", "gamma", "data", "model", "token"]
 ROWS = [
@@ -203,26 +197,9 @@ class LossObserver(TimedObserver):
 def run_in_process(steps: int, work: Path, *, database: bool) -> Run:
     run = Run("run_sft" + (", DatabaseObserver" if database else ", no database"))
     started = time.perf_counter()
-    inner = None
-    watcher = None
-    if database:
-        tenant_id, _ = create_tenant_key()
-        job_id = create_running_job(tenant_id, worker_id=WORKER_ID)
-        watcher = JobWatcher(job_id, get_settings().require_database_url()).__enter__()
-        inner = DatabaseObserver(
-            job_id,
-            RewardCircuitBreaker(max_error_rate=0.5, patience=3),
-            artifact_store(get_settings()),
-            watcher,
-        )
-    observer = LossObserver(inner)
-    try:
+    with recording_observer(database) as inner:
+        observer = LossObserver(inner)
         run_sft(spec(steps, work / f"in-process-{time.monotonic_ns()}", work), observer)
-    finally:
-        if inner is not None:
-            inner.close()
-        if watcher is not None:
-            watcher.__exit__(None, None, None)
     run.end_to_end_s = time.perf_counter() - started
     run.step_s = [b - a for a, b in itertools.pairwise(observer.ends)]
     run.rewards = observer.rewards
@@ -242,19 +219,7 @@ def run_service(http: httpx.Client, dataset_id: str, steps: int) -> Run:
         },
     )
     response.raise_for_status()
-    job_id = response.json()["id"]
-    while True:
-        job = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.5)  # rarely: polls cost the 2-core machine's worker CPU
-    run.end_to_end_s = time.perf_counter() - started
-    if job["status"] != "succeeded":
-        raise RuntimeError(f"the service's job ended {job['status']}: {job['failure_reason']}")
-    rows = http.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    created = [datetime.fromisoformat(row["created_at"]).timestamp() for row in rows]
-    run.step_s = [b - a for a, b in itertools.pairwise(created)]
-    run.recorded_duration_s = [row["duration_s"] for row in rows]
+    rows = wait_for_steps(http, response.json()["id"], run, started)
     run.rewards = [row["loss"] for row in rows]
     return run
 
@@ -303,25 +268,20 @@ def main() -> None:
         + ("identical (run_name aside)" if not differences else "; ".join(differences))
     )
     runs: list[Run] = []
-    with LocalStack(work / "stack", workers=1, extra_env=THREADS_ENV) as stack:
-        assert stack.database_url
-        use_database(stack.database_url)
-        _, key = create_tenant_key()
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
-            content = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
-            uploaded = http.post("/v1/datasets", files={"file": ("chats.jsonl", content)})
-            uploaded.raise_for_status()
-            dataset_id = uploaded.json()["id"]
-            # Warm every side (imports, the tiny model build) before anything is timed.
-            run_service(http, dataset_id, 2)
-            run_bare(2, work)
-            run_in_process(2, work, database=False)
-            for _ in range(args.rounds):
-                runs.append(run_bare(args.steps, work))
-                runs.append(run_in_process(args.steps, work, database=False))
-                runs.append(run_in_process(args.steps, work, database=True))
-                runs.append(run_service(http, dataset_id, args.steps))
+    with local_service(work / "stack", THREADS_ENV) as http:
+        content = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
+        uploaded = http.post("/v1/datasets", files={"file": ("chats.jsonl", content)})
+        uploaded.raise_for_status()
+        dataset_id = uploaded.json()["id"]
+        # Warm every side (imports, the tiny model build) before anything is timed.
+        run_service(http, dataset_id, 2)
+        run_bare(2, work)
+        run_in_process(2, work, database=False)
+        for _ in range(args.rounds):
+            runs.append(run_bare(args.steps, work))
+            runs.append(run_in_process(args.steps, work, database=False))
+            runs.append(run_in_process(args.steps, work, database=True))
+            runs.append(run_service(http, dataset_id, args.steps))
     summarize(runs)
     print(f"load average at end: {os.getloadavg()}")
 

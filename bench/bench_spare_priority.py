@@ -53,7 +53,7 @@ from synthetic import create_tenant_key, use_database  # type: ignore[import-not
 
 from service.demo.follow import DEMO_DIR, demo_job_request
 from service.stack import LocalStack
-from workers.training.rank_process import SPARE_PRIORITY_ENV, SPARE_READY
+from workers.training.spare import SPARE_PRIORITY_ENV, SPARE_READY
 
 PROMPTS_PER_STEP = 8  # x 8 generations (tiny-cpu): 64 completions a step
 _PR_CAPBSET_DROP = 24

@@ -17,7 +17,7 @@ from sandbox.api import (
 )
 from sandbox.inspection import RewardEntryPoint, find_reward_entry_point, inspect_reward_source
 from sandbox.isolation import IsolationCheck, SandboxUnavailableError, detect_isolation
-from sandbox.process import ProcessSandbox, create_sandbox
+from sandbox.reward_host import ProcessSandbox, create_sandbox
 from sandbox.settings import SandboxSettings
 
 __all__ = [

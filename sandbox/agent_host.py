@@ -1,12 +1,13 @@
 """The AgentSandbox of a job: its tools and environment instances in one warm sandboxed child.
 
-The child (sandbox/agent_child.py) runs under exactly the isolation and limits of the reward
-sandbox, started by the same SandboxWorker. Environment instances live in that process, so
-when it dies (a memory blow-up, ``os._exit``) or stops answering, it is killed and started
-again with the loaded code: the calls in flight get KILLED or TIMEOUT outcomes, and the
-rollouts it held are gone (their later calls say ENVIRONMENT_LOST). The same happens when
-half the child's threads are stuck in timed-out calls that cannot be interrupted (a plain
-function in ``time.sleep``): new calls would otherwise find no thread.
+The child (sandbox/child/agent_child.py) runs under exactly the isolation and limits of the
+reward sandbox, started by the same SandboxWorker (sandbox/worker_process.py). Environment
+instances live in that process, so when it dies (a memory blow-up, ``os._exit``) or stops
+answering, it is killed and started again with the loaded code: the calls in flight get KILLED
+or TIMEOUT outcomes, and the rollouts it held are gone (their later calls say
+ENVIRONMENT_LOST). The same happens when half the child's threads are stuck in timed-out calls
+that cannot be interrupted (a plain function in ``time.sleep``): new calls would otherwise find
+no thread.
 
 Details of the contract as built:
 
@@ -54,15 +55,20 @@ from sandbox.agent_api import (
     ToolSignature,
     ToolSpec,
 )
-from sandbox.child import MAX_SAMPLE_THREADS, encode_frame
-from sandbox.isolation import CHILD_PROGRAM, SandboxUnavailableError, detect_isolation
-from sandbox.process import CPU_RECYCLE_FRACTION, SandboxWorker, WorkerFailure
+from sandbox.child.framing import encode_frame
+from sandbox.child.runtime import MAX_SAMPLE_THREADS
+from sandbox.isolation import AGENT_CHILD, SandboxUnavailableError
 from sandbox.redaction import SecretMask
 from sandbox.settings import SandboxSettings
+from sandbox.worker_process import (
+    SandboxWorker,
+    WorkerFailure,
+    WorkerHost,
+    check_isolation,
+)
 
 logger = logging.getLogger(__name__)
 
-AGENT_CHILD_PROGRAM = CHILD_PROGRAM.with_name("agent_child.py")
 # Beyond its own limits, how long the parent waits for a reply before it kills the child: the
 # child times each step out itself, so this covers only a child that hangs or crawls.
 REPLY_MARGIN_S = 2.0
@@ -71,7 +77,7 @@ REPLY_MARGIN_S = 2.0
 CPU_REPLACE_FRACTION = 0.95
 
 
-class ProcessAgentSandbox(AgentSandbox):
+class ProcessAgentSandbox(WorkerHost, AgentSandbox):
     """AgentSandbox on one warm child process. Thread-safe: requests take turns."""
 
     def __init__(self, settings: SandboxSettings, limits: AgentLimits | None = None) -> None:
@@ -79,8 +85,8 @@ class ProcessAgentSandbox(AgentSandbox):
         self.limits = limits or AgentLimits()
         if self.limits.tool_timeout_s <= 0 or self.limits.max_concurrent_calls < 1:
             raise ValueError("tool_timeout_s and max_concurrent_calls must be positive")
-        _check_isolation(settings)
-        self._worker = SandboxWorker(settings, "agent-sandbox", AGENT_CHILD_PROGRAM)
+        check_isolation(settings, "tool and environment code")
+        self._worker = SandboxWorker(settings, "agent-sandbox", AGENT_CHILD)
         self._mask = SecretMask(settings.env)
         self._lock = threading.Lock()
         self._load_frame: bytes | None = None
@@ -91,17 +97,7 @@ class ProcessAgentSandbox(AgentSandbox):
         self._next_id = 0
         self._closed = False
         self._finalizer = weakref.finalize(self, self._worker.shut_down)
-        try:
-            self._worker.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __enter__(self) -> ProcessAgentSandbox:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._start_or_close([self._worker])
 
     @property
     def loaded(self) -> LoadedAgentCode:
@@ -336,12 +332,11 @@ class ProcessAgentSandbox(AgentSandbox):
             detail = str(reply.get("sandbox_error") or "outcomes missing")[:2000]
             message = f"the sandbox process sent a bad reply: {detail}"
             return nothing, ToolError(ToolErrorKind.SANDBOX, self._mask.text(message))
-        cpu_s = reply.get("cpu_s")
-        cpu_share = cpu_s / self.settings.cpu_time_limit_s if isinstance(cpu_s, int | float) else 0
+        cpu_share = self._worker.cpu_share(reply)
         if (
             reply.get("worn_out") is True
             or cpu_share > CPU_REPLACE_FRACTION
-            or (cpu_share > CPU_RECYCLE_FRACTION and not self._open)
+            or (self._worker.worn_out(reply) and not self._open)
         ):
             # Replaced now, between requests, rather than killed by a limit in the middle of one.
             logger.warning("replacing the agent sandbox process (worn out); open rollouts end")
@@ -383,21 +378,6 @@ def create_agent_sandbox(
     """The agent sandbox for `settings`; raises SandboxUnavailableError when bwrap cannot be
     used."""
     return ProcessAgentSandbox(settings, limits)
-
-
-def _check_isolation(settings: SandboxSettings) -> None:
-    if settings.isolation == "bwrap":
-        check = detect_isolation()
-        if not check:
-            raise SandboxUnavailableError(
-                f"bubblewrap isolation is not usable here: {check.reason}. Fix that, or set "
-                "isolation='none' to run tool code WITHOUT isolation (development only)"
-            )
-    else:
-        logger.warning(
-            "tool and environment code runs WITHOUT isolation (isolation='none'): it can read "
-            "the worker's files and reach its network; use isolation='bwrap' in production"
-        )
 
 
 def _duration(raw: dict[str, Any]) -> float:

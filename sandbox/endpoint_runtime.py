@@ -33,7 +33,7 @@ class EndpointError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-        # What the agent child reads to record the call's error kind (sandbox/agent_child.py).
+        # What the agent child reads to record the call's error kind (sandbox/child/agent_steps.py).
         self.rft_tool_error_kind = kind
 
 

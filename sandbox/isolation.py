@@ -5,11 +5,11 @@ With isolation="bwrap" and a root worker (the normal deployment), the layers are
 1. bubblewrap, run as root *without* a user namespace, unshares the pid, ipc, uts, cgroup
    and network namespaces (always: a job that asks for the network gets an egress proxy's unix
    socket bound in, sandbox/egress.py, never the host's network), and builds a new root from a
-   few read-only
-   binds: the interpreter prefix at /opt/python (with its site-packages hidden), /usr/lib,
-   /usr/lib64, /usr/bin, a handful of /etc files, the child program, the job's package
-   directories; plus a fresh /proc, a minimal /dev and a size-limited private /tmp. Nothing
-   else of the host exists inside: no /run, no host /tmp, no sockets, no /etc/shadow.
+   few read-only binds: the interpreter prefix at /opt/python (with its site-packages hidden),
+   /usr/lib, /usr/lib64, /usr/bin, a handful of /etc files, the child programs' folder
+   (sandbox/child/, at /opt/rft/child), the job's package directories; plus a fresh /proc, a
+   minimal /dev and a size-limited private /tmp. Nothing else of the host exists inside: no
+   /run, no host /tmp, no sockets, no /etc/shadow.
    The interpreter runs as an empty virtual environment at /opt/rft/python (symlinks and a
    pyvenv.cfg): `python`, `python3` and `sys.executable` are that one interpreter, first on
    PATH, for the child and for every process it starts (`python -m pytest`), none of which
@@ -59,12 +59,14 @@ from sandbox.cgroups import (
 from sandbox.seccomp import SeccompUnsupportedError, filter_for_this_machine
 from sandbox.settings import SandboxSettings
 
-CHILD_PROGRAM = Path(__file__).with_name("child.py")
-# Modules a child program loads by path from beside itself (the agent child's rules for what
-# tool code may be): bound next to it inside the sandbox.
-CHILD_MODULES = (Path(__file__).with_name("agent_code_rules.py"),)
+# The programs that run inside the sandbox and their runtime (sandbox/child/), bound whole; the
+# interpreter runs start.py there, which imports the program named after it.
+CHILD_FOLDER = Path(__file__).with_name("child")
+CHILD_START = CHILD_FOLDER / "start.py"
+REWARD_CHILD = "reward_child"
+AGENT_CHILD = "agent_child"
 INSIDE_PYTHON_PREFIX = "/opt/python"
-INSIDE_CHILD_PROGRAM = "/opt/rft/child.py"
+INSIDE_CHILD_FOLDER = "/opt/rft/child"
 INSIDE_PACKAGES = "/opt/rft/packages"
 # The sandbox's interpreter, as a virtual environment without packages of its own.
 INSIDE_VENV = "/opt/rft/python"
@@ -121,14 +123,13 @@ def child_limits(settings: SandboxSettings) -> dict[str, int]:
 def plan_launch(
     settings: SandboxSettings,
     program: list[str] | None = None,
-    child_program: Path = CHILD_PROGRAM,
+    child_program: str = REWARD_CHILD,
     egress_socket: Path | None = None,
 ) -> LaunchPlan:
     """Build the command that starts the child (or `program`, for probing) under `settings`.
 
-    ``child_program`` is the program the child runs: the reward child, or another one beside it
-    in this folder (the agent child) that imports its startup from child.py; under bwrap it is
-    bound next to child.py. ``egress_socket``: the egress proxy's socket, which
+    ``child_program`` is the program the child runs (REWARD_CHILD or AGENT_CHILD), a module of
+    sandbox/child/ that start.py imports. ``egress_socket``: the egress proxy's socket, which
     ``settings.allow_network`` needs."""
     cgroup = _plan_cgroup(settings)
     if settings.isolation == "none":
@@ -138,7 +139,8 @@ def plan_launch(
             "python_paths": [str(path) for path in settings.extra_python_paths],
             "parent_pid": os.getpid(),
         }
-        argv = program or [python, "-I", "-S", "-B", str(child_program), json.dumps(limits)]
+        start = [python, "-I", "-S", "-B", str(CHILD_START), child_program]
+        argv = program or [*start, json.dumps(limits)]
         env = {"PATH": f"{venv_bin}:{SEARCH_PATH}", "LANG": "C.UTF-8", "HOME": "/tmp"}
         return LaunchPlan(argv=argv, env=env, data_files={}, uses_bwrap=False, cgroup=cgroup)
     return _plan_bwrap(settings, program, cgroup, child_program, egress_socket)
@@ -213,11 +215,11 @@ def _plan_bwrap(
     settings: SandboxSettings,
     program: list[str] | None,
     cgroup: tuple[CgroupHost, CgroupLimits] | None,
-    child_program: Path = CHILD_PROGRAM,
+    child_program: str = REWARD_CHILD,
     egress_socket: Path | None = None,
 ) -> LaunchPlan:
-    if child_program.parent != CHILD_PROGRAM.parent:
-        raise ValueError(f"{child_program} must live beside {CHILD_PROGRAM.name}")
+    if child_program not in (REWARD_CHILD, AGENT_CHILD):
+        raise ValueError(f"{child_program!r} is not a child program of {CHILD_FOLDER}")
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailableError(
@@ -271,13 +273,7 @@ def _plan_bwrap(
     for name in etc_files:
         if os.path.exists(f"/etc/{name}"):
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    argv += ["--ro-bind", str(CHILD_PROGRAM), INSIDE_CHILD_PROGRAM]
-    inside_program = INSIDE_CHILD_PROGRAM
-    if child_program != CHILD_PROGRAM:
-        inside_program = f"{os.path.dirname(INSIDE_CHILD_PROGRAM)}/{child_program.name}"
-        argv += ["--ro-bind", str(child_program), inside_program]
-    for module in CHILD_MODULES:
-        argv += ["--ro-bind", str(module), f"{os.path.dirname(INSIDE_CHILD_PROGRAM)}/{module.name}"]
+    argv += ["--ro-bind", str(CHILD_FOLDER), INSIDE_CHILD_FOLDER]
     python_paths = []
     for index, path in enumerate(settings.extra_python_paths):
         if as_root and path.stat().st_mode & 0o005 != 0o005:
@@ -324,7 +320,8 @@ def _plan_bwrap(
         limits = child_limits(settings) | {"python_paths": python_paths, "own_pid_namespace": True}
         if settings.allow_network:
             limits["egress_socket"] = INSIDE_EGRESS_SOCKET
-        argv += [python, "-I", "-S", "-B", inside_program, json.dumps(limits)]
+        inside_start = f"{INSIDE_CHILD_FOLDER}/{CHILD_START.name}"
+        argv += [python, "-I", "-S", "-B", inside_start, child_program, json.dumps(limits)]
     try:
         seccomp_filter = filter_for_this_machine()
     except SeccompUnsupportedError as error:

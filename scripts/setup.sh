@@ -1,38 +1,26 @@
 #!/usr/bin/env bash
 # Creates .venv with the API, the CPU worker, the embedded servers and the dev tools, and
 # installs bubblewrap (the reward sandbox) when it is missing and we are allowed to.
-# Re-running is cheap: nothing is reinstalled unless pyproject.toml changed.
+# Re-running is cheap: the dependencies are installed once per machine and pin set, outside
+# the checkout (scripts/python_env.sh); a fresh clone links to them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python_bin="${PYTHON:-}"
-if [ -z "$python_bin" ]; then
-  for candidate in python3.11 python3.12 python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then python_bin="$candidate"; break; fi
-  done
-fi
-[ -x .venv/bin/python ] || "$python_bin" -m venv .venv
+# shellcheck source=scripts/python_env.sh
+. scripts/python_env.sh
+
+# The dependencies, installed once per machine and pin set (scripts/python_env.sh). The CPU
+# build of torch first: an unpinned torch would pull several GB of CUDA packages.
+install_main_dependencies() {
+  pip_with "$1" "torch==2.13.0"
+  pip_with "$1" -e ".[api,worker,embedded,dev,deepspeed]"
+  pip_with "$1" -e "./sdk[cli]"
+}
+thin_env .venv main "$(env_key "$(declare -f install_main_dependencies)")" \
+  install_main_dependencies
+install_project .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate
-
-# Some machines' pip configs name extra indexes that do not exist; pip warns for every package.
-# PYTHONWARNINGS: setuptools' build backend warns on every editable install of ours (a
-# BuildBackendWarning about folders named like the package); nothing for the user to act on.
-pip_install() {
-  PYTHONWARNINGS=ignore python -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-    | { grep -v "neither a file nor a directory" || true; }
-}
-
-stamp=.venv/.rft-installed
-wanted="$(cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  pip_install --upgrade pip wheel
-  # The CPU build first: an unpinned torch would pull several GB of CUDA packages.
-  pip_install "torch==2.13.0"
-  pip_install -e ".[api,worker,embedded,dev,deepspeed]"
-  pip_install -e "./sdk[cli]"
-  echo "$wanted" > "$stamp"
-fi
 
 # apt_install PACKAGE...: install Debian packages when we are root on a Debian-like system.
 apt_install() {

@@ -76,6 +76,13 @@ def session_scope() -> Iterator[Session]:
         action()
 
 
+def end_transaction(session: Session) -> None:
+    """Commit what the request did so far and hand its connection back to the pool: for an
+    endpoint that goes on with slow work needing no database (the session starts a new
+    transaction if it is used again). Services leave this to their callers."""
+    session.commit()
+
+
 def get_session() -> Iterator[Session]:
     with session_scope() as session:
         yield session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from sqlalchemy import (
     JSON,
@@ -40,6 +40,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# Columns many tables declare alike; each use gets its own copy of the mapped_column.
+CreatedAt = Annotated[datetime, mapped_column(DateTime(timezone=True), default=utcnow)]
+# A job's id on a row that belongs to the job: the row goes when the job does.
+JobRef = Annotated[str, mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))]
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -53,7 +59,7 @@ class Tenant(Base):
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class ApiKey(Base):
@@ -65,7 +71,7 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     key_prefix: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(200), default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
@@ -81,7 +87,7 @@ class Dataset(Base):
     prompt_kind: Mapped[str] = mapped_column(String(16))  # "text" or "chat"
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class DatasetRow(Base):
@@ -166,7 +172,7 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
@@ -195,12 +201,12 @@ class RewardFunctionVersion(Base):
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     name: Mapped[str] = mapped_column(String(100))
     version: Mapped[int] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(Text)
     form: Mapped[str] = mapped_column(String(16))  # "sample" or "batch"
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class AgentCodeVersion(Base):
@@ -212,7 +218,7 @@ class AgentCodeVersion(Base):
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     kind: Mapped[str] = mapped_column(String(16))  # "tool" or "environment"
     name: Mapped[str] = mapped_column(String(100))
     version: Mapped[int] = mapped_column(Integer)
@@ -220,7 +226,7 @@ class AgentCodeVersion(Base):
     # Environments only: the class the source defines (part of the version: a new class name
     # is new code even when the source is the same).
     class_name: Mapped[str | None] = mapped_column(String(100), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class JobConfigVersion(Base):
@@ -230,7 +236,7 @@ class JobConfigVersion(Base):
     __table_args__ = (UniqueConstraint("job_id", "version", name="uq_job_config_versions_key"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     version: Mapped[int] = mapped_column(Integer)
     # {name: {"version": int, "weight": float}}
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
@@ -244,14 +250,14 @@ class JobConfigVersion(Base):
     )
     temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
     top_p: Mapped[float | None] = mapped_column(Float, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
     applied_at_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Step(Base):
     __tablename__ = "steps"
 
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[JobRef] = mapped_column(primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     config_version: Mapped[int] = mapped_column(Integer)
     reward_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -273,7 +279,11 @@ class Step(Base):
     # mean_token_accuracy, entropy, num_tokens; eval_loss and eval_mean_token_accuracy at
     # evaluated steps). Null for GRPO steps.
     metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Jobs with hyperparameters.async_generation: the rollouts' policy versions and staleness,
+    # the config versions they were sampled under, the importance-sampling ratios
+    # (workers.training.async_generation.StepStaleness). Null for other jobs.
+    async_generation: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    created_at: Mapped[CreatedAt]
 
 
 class Evaluation(Base):
@@ -281,7 +291,7 @@ class Evaluation(Base):
 
     __tablename__ = "evaluations"
 
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[JobRef] = mapped_column(primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     config_version: Mapped[int] = mapped_column(Integer)
     reward_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -293,7 +303,7 @@ class Evaluation(Base):
     reward_functions: Mapped[dict[str, Any]] = mapped_column(Json)
     # Agent jobs: as the step's, over the validation rollouts.
     agent_metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class Completion(Base):
@@ -301,7 +311,7 @@ class Completion(Base):
     __table_args__ = (Index("ix_completions_job_id_step_id", "job_id", "step", "id"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     step: Mapped[int] = mapped_column(Integer)
     config_version: Mapped[int] = mapped_column(Integer)
     prompt_index: Mapped[int] = mapped_column(Integer)
@@ -323,7 +333,7 @@ class RewardErrorRecord(Base):
     __table_args__ = (Index("ix_reward_errors_job_id_step", "job_id", "step"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     step: Mapped[int] = mapped_column(Integer)
     function_name: Mapped[str] = mapped_column(String(100))
     function_version: Mapped[int] = mapped_column(Integer)
@@ -340,7 +350,7 @@ class RewardLog(Base):
     __table_args__ = (Index("ix_reward_logs_job_id_step", "job_id", "step"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     step: Mapped[int] = mapped_column(Integer)
     function_name: Mapped[str] = mapped_column(String(100))
     function_version: Mapped[int] = mapped_column(Integer)
@@ -353,12 +363,12 @@ class JobEvent(Base):
     __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     kind: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class JobNode(Base):
@@ -371,7 +381,7 @@ class JobNode(Base):
 
     __tablename__ = "job_nodes"
 
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[JobRef] = mapped_column(primary_key=True)
     node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
     # One attempt to place the job: rows of an abandoned attempt are never mixed with a new one.
     placement_id: Mapped[str] = mapped_column(String(64))
@@ -392,11 +402,11 @@ class Checkpoint(Base):
 
     __tablename__ = "checkpoints"
 
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[JobRef] = mapped_column(primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     path: Mapped[str] = mapped_column(Text)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class Export(Base):
@@ -408,7 +418,7 @@ class Export(Base):
     __table_args__ = (Index("ix_exports_job_id_created_at", "job_id", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[JobRef]
     kind: Mapped[str] = mapped_column(String(16))  # "merged" or "adapter"
     # The checkpoint whose adapter it ships; None: the job's final adapter.
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -434,7 +444,7 @@ class Export(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
@@ -494,7 +504,7 @@ class WebhookEndpoint(Base):
     event_types: Mapped[list[str]] = mapped_column(Json)
     description: Mapped[str | None] = mapped_column(String(200), nullable=True)
     secret_sealed: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
 
 
 class WebhookDelivery(Base):
@@ -519,7 +529,7 @@ class WebhookDelivery(Base):
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[CreatedAt]
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 

@@ -94,7 +94,8 @@ class JobCollector(Collector):
             import redis
 
             client = redis.Redis.from_url(self.redis_url or "", socket_timeout=0.5)
-            # A queue per job size (devices-N, workers.queue) and the one from before sizes.
+            # A queue per job size (devices-N, service.work_queue.queue) and the one from
+            # before sizes.
             queues = [*client.scan_iter(match="devices-*", count=1000), "training"]
             depth.add_metric([], sum(client.llen(queue) for queue in queues))
         except Exception:

@@ -3,7 +3,7 @@ decrypted only to become the environment of that job's reward sandbox.
 
 They are write-only over the API: responses name them, never show them. Values that reach
 reward output (print, exception messages, tracebacks) are masked before anything is stored
-or returned (sandbox.process redacts them).
+or returned (sandbox.reward_host redacts them).
 """
 
 from __future__ import annotations

@@ -34,10 +34,23 @@ def server_folders(settings: Settings) -> dict[str, str]:
         "<home>": Path(os.path.expanduser("~")),
     }
     folders: dict[str, str] = {}
-    for name, path in named.items():
+    paths = [*named.items(), *(("<python packages>", path) for path in _outside_packages())]
+    for name, path in paths:
         text = str(path)
         if text not in ("/", "~"):
             folders.setdefault(text, name)
+    return folders
+
+
+def _outside_packages() -> list[Path]:
+    """The site-packages folders on sys.path outside this environment: a dependency environment
+    shared by checkouts (scripts/python_env.sh), named for what it holds."""
+    prefix = Path(sys.prefix).resolve()
+    folders = []
+    for entry in sys.path:
+        folder = Path(entry).resolve()
+        if folder.name == "site-packages" and not folder.is_relative_to(prefix):
+            folders.append(folder)
     return folders
 
 

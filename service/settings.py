@@ -18,7 +18,10 @@ from sandbox.settings import Isolation, SandboxSettings
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RFT_", env_file=".env", extra="ignore")
 
-    environment: Literal["development", "test", "production"] = "development"
+    environment: Literal["development", "test", "production"] = Field(
+        "development",
+        description="'production' refuses the insecure RFT_SANDBOX_ISOLATION=none.",
+    )
     database_url: str | None = Field(
         None,
         description="SQLAlchemy URL of Postgres (postgresql+psycopg://...). "
@@ -30,23 +33,31 @@ class Settings(BaseSettings):
     state_dir: Path = Field(
         Path(".rft"), description="Embedded servers' data, artifacts and the model cache."
     )
-    artifacts_dir: Path | None = Field(None, description="Checkpoints and adapters.")
-    model_cache_dir: Path | None = Field(None, description="Built-in tiny model cache.")
+    artifacts_dir: Path | None = Field(
+        None, description="Checkpoints and adapters. Unset: <state_dir>/artifacts."
+    )
+    model_cache_dir: Path | None = Field(
+        None, description="Built-in tiny models' cache. Unset: <state_dir>/models."
+    )
     artifact_store: Literal["local", "s3"] = Field(
         "local", description="Where checkpoints and adapters are kept: 'local' or 's3'."
     )
-    s3_bucket: str | None = None
+    s3_bucket: str | None = Field(None, description="The bucket (RFT_ARTIFACT_STORE=s3).")
     s3_prefix: str = Field("rft", description="Key prefix inside the bucket.")
     s3_endpoint_url: str | None = Field(
         None, description="For S3-compatible stores (MinIO, R2, Ceph); unset for AWS."
     )
-    s3_region: str | None = None
+    s3_region: str | None = Field(None, description="The bucket's region (unset: boto3's).")
     s3_access_key_id: str | None = Field(None, description="Unset: boto3's usual sources.")
-    s3_secret_access_key: SecretStr | None = None
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
+    s3_secret_access_key: SecretStr | None = Field(
+        None, description="With s3_access_key_id; unset: boto3's usual sources."
+    )
+    api_host: str = Field("127.0.0.1", description="Where `rft-server api` listens.")
+    api_port: int = Field(8000, description="The port `rft-server api` listens on.")
     max_upload_bytes: int = Field(200 * 1024 * 1024, description="Largest dataset upload.")
-    max_dataset_rows: int = 1_000_000
+    max_dataset_rows: int = Field(
+        1_000_000, description="Largest dataset, in rows: a bigger upload is refused (400)."
+    )
     sandbox_isolation: Literal["auto", "bwrap", "none"] = Field(
         "auto",
         description="How reward code is isolated. 'auto' uses bubblewrap and refuses to run "
@@ -107,14 +118,21 @@ class Settings(BaseSettings):
     reward_sample_timeout_s: float = Field(
         10.0, gt=0, description="Wall limit of one sample of a per-sample function (default)."
     )
-    reward_memory_limit_mb: int = Field(1024, ge=64)
+    reward_memory_limit_mb: int = Field(
+        1024,
+        ge=64,
+        description="Memory limit of a reward process (address space), and of its whole "
+        "process tree where cgroups are on.",
+    )
     sandbox_uid_first: int = Field(
         61000,
         ge=1,
         description="Reward processes run as uids leased from this range, one per process, "
         "so per-uid limits (processes) are never shared between jobs.",
     )
-    sandbox_uid_count: int = Field(4000, ge=1)
+    sandbox_uid_count: int = Field(
+        4000, ge=1, description="How many uids, from sandbox_uid_first, reward processes lease."
+    )
     sandbox_cgroups: Literal["auto", "require", "off"] = Field(
         "auto",
         description="A cgroup per reward process tree, limiting its memory (the reward memory "
@@ -212,8 +230,12 @@ class Settings(BaseSettings):
         description="API requests served at once per process; more wait at the door. Keep it "
         "below db_pool_size + db_max_overflow.",
     )
-    db_pool_size: int = Field(10, ge=1)
-    db_max_overflow: int = Field(20, ge=0)
+    db_pool_size: int = Field(
+        10, ge=1, description="Database connections each process keeps open (SQLAlchemy pool)."
+    )
+    db_max_overflow: int = Field(
+        20, ge=0, description="Connections a process may open beyond db_pool_size under load."
+    )
     db_pool_timeout_s: float = Field(
         5.0, gt=0, description="Waiting longer for a connection answers 503, not a hang."
     )
@@ -244,6 +266,17 @@ class Settings(BaseSettings):
         "job's max_prompt_length + max_completion_length when the prompt length is capped, "
         "else the model's own.",
     )
+    spare_fork: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="How a worker starts the warm training process (the spare) that takes its "
+        "next one-process job. `always`: forked from one template process that imported torch, "
+        "transformers and TRL once when the worker started (milliseconds per job; the template "
+        "forks only as the one thread of its process, else the spare is a new Python); `never`: "
+        "a new Python per spare, which pays those imports (seconds of CPU) while the previous "
+        "job trains; `auto`: forked where the driver lists no GPU, a new Python where it does (a "
+        "fork after the CUDA driver started is unusable, and forking on a GPU machine is not "
+        "verified yet).",
+    )
     vllm_keep_engine: bool = Field(
         True,
         description="Colocate, one-process jobs: after a job, its training process keeps the "
@@ -266,7 +299,9 @@ class Settings(BaseSettings):
     vllm_server_timeout_s: float = Field(
         240.0, gt=0, description="Server mode: how long a job waits for the server to answer."
     )
-    log_format: Literal["text", "json"] = "text"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="'json': one JSON object per log line."
+    )
     worker_metrics_port: int | None = Field(
         None, description="Serve a worker's Prometheus metrics on this port (unset: off)."
     )
@@ -315,7 +350,9 @@ class Settings(BaseSettings):
         "`rft-server inference` refuses to start without one; `rft-server up` makes one up.",
     )
     inference_host: str = Field("127.0.0.1", description="Where `rft-server inference` listens.")
-    inference_port: int = Field(8001, ge=1, le=65535)
+    inference_port: int = Field(
+        8001, ge=1, le=65535, description="The port `rft-server inference` listens on."
+    )
     inference_timeout_s: float = Field(
         300.0, gt=0, description="How long the API waits for one generation."
     )

@@ -142,7 +142,7 @@ class LocalStack:
         name = f"worker{self._worker_serial}"
         worker = self._spawn(
             [
-                sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+                sys.executable, "-m", "celery", "-A", "service.work_queue.celery_app", "worker",
                 "--pool", "solo", "--concurrency", "1",
                 "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip",
                 "--without-mingle",
@@ -160,7 +160,7 @@ class LocalStack:
             return
         self.inference = self._spawn(
             [
-                sys.executable, "-m", "service.cli", "inference",
+                sys.executable, "-m", "server.cli", "inference",
                 "--host", "127.0.0.1", "--port", str(self.inference_port),
             ],
             "inference.log",

@@ -1,6 +1,6 @@
 """A reward that runs code: the dataset's tests, with pytest, on the completion.
 
-README's "Rewards that run code" section shows exactly this source (tests/api/
+docs/guides/code-execution.md ("Rewards that run code") shows exactly this source (tests/api/
 test_reward_functions.py checks that it does); the sandbox, API and integration tests run it.
 """
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.base_models.built_in.tiny_model import tiny_model_dir
+from service.base_models.built_in.tiny_reward_model import tiny_reward_model_dir
+from service.base_models.built_in.tiny_tool_model import tiny_tool_model_dir
 from service.stack import LocalStack
 from tests.fake_hub import FakeHub, writable_fake_hub
 from tests.layers import MISSING_LAYER, skip_missing_layer
 from tests.public_network import PublicHost, public_host, unavailable_reason
 from workers.compiled_caches import keyed_cache_dir
-from workers.training.tiny_model import tiny_model_dir
-from workers.training.tiny_reward_model import tiny_reward_model_dir
-from workers.training.tiny_tool_model import tiny_tool_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 # The built-in models a stack builds on first use (~10 s each on 2 cores, ~15 s the tool model)
@@ -57,7 +57,7 @@ def built_in_models_kept() -> Path:
     keyed by the versions and the builders' code (workers/compiled_caches.py)."""
     builders = hashlib.sha256()
     for name in MODEL_BUILDERS:
-        builders.update((ROOT / "workers" / "training" / f"{name}.py").read_bytes())
+        builders.update((ROOT / "service" / "base_models" / "built_in" / f"{name}.py").read_bytes())
     return keyed_cache_dir(
         "built-in-models", MODEL_BUILD_PINS, [f"builders {builders.hexdigest()}"]
     )

@@ -23,7 +23,7 @@ from service.auth.repository import AuthRepository
 from service.auth.service import hash_api_key
 from service.db import session_scope
 from service.jobs import ownership
-from service.jobs.ownership import HeldBy
+from service.leases import HeldBy
 from service.models import Dataset, Job, new_id
 
 STAND_IN_WORKER = "stand-in-worker"

@@ -8,13 +8,25 @@ import time
 from pathlib import Path
 
 
-def parent_of(pid: int) -> int | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the state on (field 3), or None if ``pid`` is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name may hold spaces or parentheses: the fields after its last ')' are fixed.
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def started_at(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (0 if it is gone)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else 0
 
 
 def command_of(pid: int) -> str:
@@ -38,15 +50,35 @@ def descendants(root: int) -> set[int]:
 def training_processes(root: int, *, spares: bool = False) -> dict[int, str]:
     """The training launcher and ranks descending from ``root``: pid -> command line.
 
-    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``."""
+    Every worker keeps a warm spare for 1-device jobs; it is listed only with ``spares``. The
+    spare template (where spares are forked) trains nothing and is never listed; its forked
+    spares carry its command line, and it is their parent."""
     found: dict[int, str] = {}
     for pid in descendants(root):
         command = command_of(pid)
-        if "--spare" in command and not spares:
+        if "workers.training.spare" in command and not spares:
             continue
-        if "workers.training.rank_process" in command or "torch.distributed.run" in command:
+        if is_spare_template(pid, command):
+            continue
+        if any(
+            module in command
+            for module in (
+                "workers.training.rank_process",
+                "workers.training.spare",
+                "torch.distributed.run",
+            )
+        ):
             found[pid] = command
     return found
+
+
+def is_spare_template(pid: int, command: str | None = None) -> bool:
+    """Whether ``pid`` is a worker's spare template (not a spare it forked)."""
+    template = "workers.training.spare_template"
+    parent = parent_of(pid)
+    return template in (command or command_of(pid)) and (
+        parent is None or template not in command_of(parent)
+    )
 
 
 def rank_pids(root: int) -> dict[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from service.stack import LocalStack
-from workers.queue import WorkerCapacity, live_workers
+from service.work_queue.queue import WorkerCapacity, live_workers
 
 # How long a worker may take to start (imports, its spare training process): a bound on a
 # condition awaited, not a margin on a duration.

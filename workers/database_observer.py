@@ -19,9 +19,9 @@ from service.artifacts.storage import ArtifactStore
 from service.events.repository import EventRepository
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import ownership
-from service.jobs.ownership import HeldBy
 from service.jobs.repository import JobRepository
 from service.jobs.status import JobStatus
+from service.leases import HeldBy
 from service.secrets import unseal
 from service.settings import get_settings
 from service.webhooks import outbox as webhook_outbox

@@ -33,17 +33,17 @@ from typing import IO, Any
 
 from service.artifacts.service import copy_adapter
 from service.artifacts.storage import S3_SCHEME, ArtifactStore, artifact_store, fetch_for_reading
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.exports import ownership
 from service.exports.ownership import ExportWork
 from service.exports.service import archive_name
 from service.exports.status import ExportStage
-from service.jobs.ownership import HeldBy
+from service.leases import HeldBy
 from service.settings import Settings, get_settings
 from workers.database import in_transaction
 from workers.failures import ExportFailure, describe_failure
 from workers.identity import WORKER_ID
 from workers.lease import ExportHeartbeat
-from workers.training.tiny_model import resolve_base_model
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
+from sandbox.runtime_packages import install_runtime_packages
 from service.artifacts.storage import ArtifactStore
 from service.datasets.repository import DatasetRepository
 from service.jobs.guard_settings import GuardSettings
@@ -25,7 +26,6 @@ from service.secrets import unseal
 from service.settings import Settings
 from workers.database_observer import load_reward_config
 from workers.failures import StartingWeightsMissing
-from workers.runtime_packages import install_runtime_packages
 from workers.training.generation import choose_generation
 from workers.training.rank_process import RankJob
 

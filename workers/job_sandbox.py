@@ -1,12 +1,12 @@
 """A job's sandboxes, whose environment (the job's secrets) can change between steps.
 
-A config update may rotate the job's secrets. A sandbox process gets its environment once,
-when it starts, so new secrets mean new processes: the next ``load`` (the worker applying the
-config version that carried them) starts a fresh sandbox with the new environment and loads
-the code there, then closes the old one. If the code cannot load there, the old sandbox, its
-environment and its code stay in force. The reward functions' sandbox (``JobSandbox``) and an
-agent job's tools and environments (``JobAgentSandbox``) restart alike: both see the secrets
-in force at the same step.
+A config update may rotate the job's secrets. A sandbox process gets its environment once, when
+it starts, so new secrets mean new processes: the next ``load`` (the worker applying the config
+version that carried them) starts a fresh sandbox with the new environment and loads the code
+there, then closes the old one. If the code cannot load there, the old sandbox, its environment
+and its code stay in force. The reward functions' sandbox (``JobRewardSandbox``) and an agent
+job's tools and environments (``JobAgentSandbox``) restart alike: both see the secrets in force
+at the same step.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class _RestartsWithNewEnvironment(Generic[SandboxT]):
         self._current.close()
 
 
-class JobSandbox(_RestartsWithNewEnvironment[RewardSandbox]):
+class JobRewardSandbox(_RestartsWithNewEnvironment[RewardSandbox]):
     """A RewardSandbox that swaps its processes when the job's environment changes."""
 
     def load(self, functions: Sequence[RewardFunctionSpec]) -> None:

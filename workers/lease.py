@@ -1,10 +1,13 @@
-"""Who runs a job, and taking over from a worker that died.
+"""Keeping a lease alive, and taking over from a worker that died.
 
-A running (or pausing) job carries its worker's id and a heartbeat. Every worker process runs
-a reaper that watches those jobs; a job whose heartbeat has not moved for a whole lease, as timed
-by the reaper's own clock (so clock skew and database outages cannot fake a death), goes back
-to the queue (service.jobs.ownership.requeue) and resumes from its last checkpoint on
-whichever worker takes it; a pausing one is paused.
+A running (or pausing) job, and a running export, carries its worker's id and a heartbeat
+(service.leases). The worker beats from a background thread (``Heartbeat``). Every worker
+process runs a reaper that watches those rows; one whose heartbeat has not moved for a whole
+lease, as timed by the reaper's own clock (so clock skew and database outages cannot fake a
+death), goes back to the queue: a job resumes from its last checkpoint on whichever worker takes
+it, a pausing one is paused (service.jobs.ownership.requeue); an export starts again, a few
+times at most (service.exports.ownership.requeue). Each kind the reaper watches is a
+``ReapedKind``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -25,7 +30,8 @@ from service.exports.repository import ExportRepository
 from service.jobs import ownership
 from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
-from workers.queue import enqueue_export, enqueue_training
+from service.leases import ExpiredLease
+from service.work_queue.queue import enqueue_export, enqueue_training
 
 logger = logging.getLogger(__name__)
 
@@ -77,94 +83,104 @@ class ExportHeartbeat(Heartbeat):
         )
 
 
+@dataclass(frozen=True)
+class ReapedKind:
+    """What the reaper watches of one kind of leased row (service.leases)."""
+
+    name: str  # "job", "export": the logs say it
+    # (id, heartbeat) of every row a worker holds.
+    held_heartbeats: Callable[[Session], list[tuple[str, datetime | None]]]
+    # Moves a row whose lease (of the given length) expired; whether it moved (False: someone
+    # else ended or took it meanwhile).
+    requeue_lost: Callable[[Session, str, ExpiredLease, float], bool]
+    # Queued rows untouched for a while (locked), and the sending of one's message again (read
+    # from the row now: it is sent once the transaction commits).
+    queued_since: Callable[[Session, float], Sequence[Any]]
+    send_again: Callable[[Any], Callable[[], None]]
+
+
+def _requeue_lost_job(session: Session, job_id: str, claim: ExpiredLease, lease_s: float) -> bool:
+    job = JobRepository(session).get_any_tenant(job_id)
+    lost = job.worker_id if job is not None else None
+    return ownership.requeue(
+        session,
+        job_id,
+        claim,
+        kind="worker_lost",
+        why=f"worker {lost} stopped answering (no heartbeat for {lease_s:.0f} s)",
+        then="the job resumes from its last checkpoint on another worker",
+        data={"worker_id": lost},
+    )
+
+
+def _requeue_lost_export(
+    session: Session, export_id: str, claim: ExpiredLease, lease_s: float
+) -> bool:
+    return export_ownership.requeue(
+        session,
+        export_id,
+        claim,
+        why=f"the worker building it stopped answering (no heartbeat for {lease_s:.0f} s)",
+    )
+
+
+JOBS = ReapedKind(
+    name="job",
+    held_heartbeats=lambda session: JobRepository(session).held_heartbeats(),
+    requeue_lost=_requeue_lost_job,
+    queued_since=lambda session, seconds: JobRepository(session).queued_since(seconds),
+    send_again=lambda job: partial(enqueue_training, job.id, job.num_devices, job.num_nodes),
+)
+EXPORTS = ReapedKind(
+    name="export",
+    held_heartbeats=lambda session: ExportRepository(session).held_heartbeats(),
+    requeue_lost=_requeue_lost_export,
+    queued_since=lambda session, seconds: ExportRepository(session).queued_since(seconds),
+    send_again=lambda export: partial(enqueue_export, export.id),
+)
+
+
 @dataclass
 class LostWorkerReaper:
     lease_s: float
     queued_resend_after_s: float
-    _silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
-    _export_silence: HeartbeatSilence = field(default_factory=HeartbeatSilence)
+    kinds: tuple[ReapedKind, ...] = (JOBS, EXPORTS)
+    _silences: dict[str, HeartbeatSilence] = field(default_factory=dict)
 
     def sweep(self, now: float | None = None) -> list[str]:
-        """One pass: requeue jobs and exports whose lease ran out, re-send stale queue
-        messages. Returns the requeued jobs' ids."""
+        """One pass: requeue the rows whose lease ran out, re-send stale queue messages.
+        Returns the requeued rows' ids."""
         now = time.monotonic() if now is None else now
-        requeued = self._requeue_lost(now)
-        self._resend_queued()
-        self._requeue_lost_exports(now)
-        self._resend_queued_exports()
+        requeued = []
+        for kind in self.kinds:
+            requeued += self.requeue_lost(kind, now)
+            self._resend_queued(kind)
         return requeued
 
-    def _requeue_lost(self, now: float) -> list[str]:
+    def requeue_lost(self, kind: ReapedKind, now: float) -> list[str]:
+        """Requeue the rows of ``kind`` whose heartbeat stood still for a whole lease, timed
+        by this reaper's clock from when it first saw that heartbeat."""
+        silence = self._silences.setdefault(kind.name, HeartbeatSilence())
         with session_scope() as session:
-            held = JobRepository(session).held_heartbeats()
-        self._silence.keep_only(job_id for job_id, _ in held)
-        expired = [
-            (job_id, heartbeat)
-            for job_id, heartbeat in held
-            if self._silence.silent_for(job_id, heartbeat, now) >= self.lease_s
-        ]
+            held = kind.held_heartbeats(session)
+        silence.keep_only(row_id for row_id, _ in held)
         requeued = []
-        for job_id, heartbeat in expired:
-            if self._requeue(job_id, heartbeat):
-                requeued.append(job_id)
-            self._silence.forget(job_id)
-        return requeued
-
-    def _requeue(self, job_id: str, heartbeat: datetime | None) -> bool:
-        with session_scope() as session:
-            job = JobRepository(session).get_any_tenant(job_id)
-            lost = job.worker_id if job is not None else None
-            moved = ownership.requeue(
-                session,
-                job_id,
-                ownership.ExpiredLease(heartbeat),
-                kind="worker_lost",
-                why=f"worker {lost} stopped answering (no heartbeat for {self.lease_s:.0f} s)",
-                then="the job resumes from its last checkpoint on another worker",
-                data={"worker_id": lost},
-            )
-        if moved:
-            logger.warning("requeued job %s: its worker was lost", job_id)
-        return moved
-
-    def _resend_queued(self) -> None:
-        with session_scope() as session:
-            for job in JobRepository(session).queued_since(self.queued_resend_after_s):
-                job.updated_at = datetime.now(UTC)
-                after_commit(
-                    session,
-                    lambda queued=(job.id, job.num_devices, job.num_nodes): enqueue_training(
-                        *queued
-                    ),  # type: ignore[misc]
-                )
-
-    def _requeue_lost_exports(self, now: float) -> list[str]:
-        with session_scope() as session:
-            held = ExportRepository(session).held_heartbeats()
-        self._export_silence.keep_only(export_id for export_id, _ in held)
-        requeued = []
-        for export_id, heartbeat in held:
-            if self._export_silence.silent_for(export_id, heartbeat, now) < self.lease_s:
+        for row_id, heartbeat in held:
+            if silence.silent_for(row_id, heartbeat, now) < self.lease_s:
                 continue
             with session_scope() as session:
-                moved = export_ownership.requeue(
-                    session,
-                    export_id,
-                    ownership.ExpiredLease(heartbeat),
-                    why=f"the worker building it stopped answering (no heartbeat for "
-                    f"{self.lease_s:.0f} s)",
-                )
+                moved = kind.requeue_lost(session, row_id, ExpiredLease(heartbeat), self.lease_s)
             if moved:
-                logger.warning("requeued export %s: its worker was lost", export_id)
-                requeued.append(export_id)
-            self._export_silence.forget(export_id)
+                logger.warning("requeued %s %s: its worker was lost", kind.name, row_id)
+                requeued.append(row_id)
+            silence.forget(row_id)
         return requeued
 
-    def _resend_queued_exports(self) -> None:
+    def _resend_queued(self, kind: ReapedKind) -> None:
         with session_scope() as session:
-            for export in ExportRepository(session).queued_since(self.queued_resend_after_s):
-                export.updated_at = datetime.now(UTC)
-                after_commit(session, lambda export_id=export.id: enqueue_export(export_id))  # type: ignore[misc]
+            for row in kind.queued_since(session, self.queued_resend_after_s):
+                row.updated_at = datetime.now(UTC)
+                after_commit(session, kind.send_again(row))
 
 
 class ReaperThread(threading.Thread):

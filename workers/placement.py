@@ -1,12 +1,12 @@
 """A job over several machines: placed on ``num_nodes`` workers at once, or on none.
 
-The job's queue holds one message per node (workers.queue). Each worker that takes one joins
-the job's placement in the database (a ``job_nodes`` row, under the job's row lock): the first
-is node 0, the next node 1, and so on. They wait, holding their worker, until all nodes have
-joined; then node 0 takes the job (queued -> running, the lease, the resume checkpoint), picks
-the rendezvous port, and every node starts its own launcher (torchrun or accelerate launch),
-which meet at node 0's address. Node 0's worker records the run exactly as a one-machine job's
-does (rank 0 is one of its processes); the other nodes only run their ranks.
+The job's queue holds one message per node (service.work_queue.queue). Each worker that takes
+one joins the job's placement in the database (a ``job_nodes`` row, under the job's row lock):
+the first is node 0, the next node 1, and so on. They wait, holding their worker, until all
+nodes have joined; then node 0 takes the job (queued -> running, the lease, the resume
+checkpoint), picks the rendezvous port, and every node starts its own launcher (torchrun or
+accelerate launch), which meet at node 0's address. Node 0's worker records the run exactly as a
+one-machine job's does (rank 0 is one of its processes); the other nodes only run their ranks.
 
 Nobody waits forever: a placement that is not complete within RFT_PLACEMENT_TIMEOUT_S is
 abandoned (its rows deleted, a ``placement_timeout`` event, the messages queued again), so
@@ -40,11 +40,12 @@ from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.node_repository import JobNodeRepository
 from service.jobs.repository import JobRepository
 from service.jobs.status import JobStatus, NodeState
+from service.leases import HeldBy
 from service.models import Job, JobNode
 from service.settings import Settings, get_settings
+from service.work_queue.queue import enqueue_training
 from workers.database import in_transaction, with_database_retries
 from workers.failures import NodeLost, TrainingProcessError
-from workers.queue import enqueue_training
 from workers.training.engines import Rendezvous
 
 logger = logging.getLogger(__name__)
@@ -305,7 +306,7 @@ class NodeRun:
             lambda session: ownership.requeue(
                 session,
                 seat.job_id,
-                ownership.HeldBy(seat.worker_id),
+                HeldBy(seat.worker_id),
                 kind="node_lost",
                 why=str(lost),
                 then=f"the job resumes from its last checkpoint once {seat.num_nodes} workers "

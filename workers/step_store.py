@@ -71,6 +71,7 @@ def record_step(session: Session, job_id: str, record: StepRecord) -> None:
             "reward_functions": functions_json(record.functions),
             "agent_metrics": record.agent_metrics,
             "metrics": record.metrics,
+            "async_generation": record.async_generation,
         },
         completions=completion_copy_lines(job_id, record),
         errors=[

@@ -17,16 +17,16 @@ from service.artifacts.storage import artifact_store
 from service.events.repository import EventRepository
 from service.jobs import ownership
 from service.jobs.hyperparameters import Hyperparameters
-from service.jobs.ownership import HeldBy
 from service.jobs.repository import JobRepository
 from service.jobs.step_repository import StepRepository
+from service.leases import HeldBy
 from service.models import Checkpoint
 from service.settings import Settings, get_settings
 from service.usage.throughput import record_run_kind
+from workers.advertised_devices import device_kind
 from workers.circuit_breaker import RewardCircuitBreaker
 from workers.database import in_transaction
 from workers.database_observer import DatabaseObserver, store_warning
-from workers.device_memory import device_kind
 from workers.failures import NodeLost, TrainingProcessError, describe_failure
 from workers.guards import GuardMonitor
 from workers.identity import WORKER_ID
@@ -34,7 +34,7 @@ from workers.job_plan import JobPlan, plan_job, rank_job
 from workers.job_watch import JobWatcher
 from workers.lease import JobHeartbeat
 from workers.placement import NodeRun, placed
-from workers.training.launch import run_grpo_in_processes, run_node_processes
+from workers.training.launch import WarmProcesses, run_node_processes, run_training_processes
 from workers.training.trackers import check_trackers_installed
 from workers.training_signals import (
     SignalMonitor,
@@ -51,18 +51,20 @@ logger = logging.getLogger(__name__)
 HELD = HeldBy(WORKER_ID)
 
 
-def run_training_job(job_id: str) -> None:
-    """Train the job to its end, recording every step; the final status says how it ended."""
+def run_training_job(job_id: str, warm: WarmProcesses | None = None) -> None:
+    """Train the job to its end, recording every step; the final status says how it ended.
+
+    ``warm``: the worker's warm training processes (its spare, a kept engine's holder)."""
     num_nodes = in_transaction(
         lambda session: JobRepository(session).num_nodes(job_id), what=f"reading job {job_id}"
     )
     if num_nodes > 1:
-        _run_node_of_job(job_id)
+        _run_node_of_job(job_id, warm)
         return
     taken = _take(job_id)
     if taken is None:
         return
-    _run_taken(job_id, taken.resume_from)
+    _run_taken(job_id, taken.resume_from, warm=warm)
 
 
 def _take(job_id: str) -> ownership.Taken | None:
@@ -74,28 +76,33 @@ def _take(job_id: str) -> ownership.Taken | None:
     return taken
 
 
-def _run_taken(job_id: str, resume_from: Checkpoint | None, nodes: NodeRun | None = None) -> None:
+def _run_taken(
+    job_id: str,
+    resume_from: Checkpoint | None,
+    nodes: NodeRun | None = None,
+    warm: WarmProcesses | None = None,
+) -> None:
     settings = get_settings()
     with (
         JobHeartbeat(job_id, WORKER_ID, interval_s=max(0.5, settings.worker_lease_s / 6)),
         JobWatcher(job_id, settings.require_database_url()) as watcher,
     ):
-        _train(job_id, settings, resume_from, watcher, nodes)
+        _train(job_id, settings, resume_from, watcher, nodes, warm)
     in_transaction(
         lambda session: ownership.release(session, job_id, HELD), what=f"releasing job {job_id}"
     )
 
 
-def _run_node_of_job(job_id: str) -> None:
+def _run_node_of_job(job_id: str, warm: WarmProcesses | None) -> None:
     """This worker's part of a job over several machines (workers.placement): node 0 runs and
     records it as a one-machine job, with rank 0 among its processes; the others run ranks."""
     with placed(job_id, WORKER_ID, take_job=lambda job_id: _take(job_id) is not None) as node:
         if node is None:
             return
         if node.seat.node_rank == 0:
-            _run_taken(job_id, _latest_checkpoint(job_id), node)
+            _run_taken(job_id, _latest_checkpoint(job_id), node, warm)
         else:
-            _run_other_node(job_id, node)
+            _run_other_node(job_id, node, warm)
 
 
 def _latest_checkpoint(job_id: str) -> Checkpoint | None:
@@ -114,7 +121,7 @@ def _plan(job_id: str, settings: Settings, resume_from: Checkpoint | None) -> Jo
     )
 
 
-def _run_other_node(job_id: str, node: NodeRun) -> None:
+def _run_other_node(job_id: str, node: NodeRun, warm: WarmProcesses | None) -> None:
     """Node 1 and up: this machine's ranks of the job, until they end or node 0 stops."""
     settings = get_settings()
     try:
@@ -125,6 +132,7 @@ def _run_other_node(job_id: str, node: NodeRun) -> None:
             engine=plan.engine,
             rendezvous=node.rendezvous,
             watchdog=node.follower_watchdog,
+            warm=warm,
         )
     except NodeLost as stopped:
         logger.info("job %s: node %d stops: %s", job_id, node.seat.node_rank, stopped)
@@ -142,6 +150,7 @@ def _train(
     resume_from: Checkpoint | None,
     watcher: JobWatcher,
     nodes: NodeRun | None = None,
+    warm: WarmProcesses | None = None,
 ) -> None:
     """Run the training and set the final status (unless someone else ended the job).
 
@@ -180,7 +189,7 @@ def _train(
             _check_capacity(plan.num_devices, settings.resolved_worker_devices)
             # The training runs in processes of its own (each rank with its own sandbox);
             # this process records what rank 0 reports and decides when to stop.
-            outcome = _run_processes(plan, observer, nodes)
+            outcome = _run_processes(plan, observer, nodes, warm)
             adapter = store.save_directory(outcome.adapter_path, f"{job_id}/adapter")
         except BaseException:
             # The run's own error is the one to report; what was queued is still stored.
@@ -217,12 +226,13 @@ def _fail(job_id: str, reason: str) -> None:
 
 
 def _run_processes(
-    plan: JobPlan, observer: DatabaseObserver, nodes: NodeRun | None
+    plan: JobPlan, observer: DatabaseObserver, nodes: NodeRun | None, warm: WarmProcesses | None
 ) -> TrainingOutcome:
     try:
-        return run_grpo_in_processes(
+        return run_training_processes(
             rank_job(plan),
             observer,
+            warm=warm,
             num_processes=plan.num_devices,
             engine=plan.engine,
             rendezvous=nodes.rendezvous if nodes is not None else None,
@@ -236,7 +246,7 @@ def _run_processes(
 
 
 def _check_capacity(num_devices: int, worker_devices: int) -> None:
-    # Queues keep larger jobs away (workers.queue); a message from before jobs had sizes
+    # Queues keep larger jobs away (service.work_queue.queue); a message from before jobs had sizes
     # is the one way here, and a job is never silently shrunk.
     if num_devices > worker_devices:
         raise TrainingProcessError(

@@ -1,5 +1,5 @@
 """The webhook dispatcher's loop: every worker process runs one (started with the lost-worker
-reaper, workers.tasks), sending the outbox's due deliveries (service.webhooks.dispatcher).
+reaper, workers.lifecycle), sending the outbox's due deliveries (service.webhooks.dispatcher).
 
 Why the workers and not the API: the API answers requests and may run as many processes as
 the load needs, with nothing of its own in the background; the workers already run the

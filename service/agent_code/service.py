@@ -15,8 +15,8 @@ from sandbox.agent_api import (
     LoadedAgentCode,
     ToolSpec,
 )
-from sandbox.agent_code_rules import AgentCodeProblem, check_loaded_code
 from sandbox.agent_host import create_agent_sandbox
+from sandbox.child.agent_code_rules import AgentCodeProblem, check_loaded_code
 from service.agent_code.schemas import EnvironmentCreate
 from service.errors import InvalidAgentCode
 from service.reward_functions.scoring import api_runtime_packages
@@ -73,7 +73,7 @@ def load_agent_code(
     sandbox = create_agent_sandbox(config, AgentLimits(tool_timeout_s=tool_timeout_s))
     try:
         loaded = sandbox.load(tools, environments)
-        # The rules the worker loads this code by (sandbox.agent_code_rules): refused here,
+        # The rules the worker loads this code by (sandbox.child.agent_code_rules): refused here,
         # it never becomes a job that fails on its worker.
         check_loaded_code(loaded)
     except (AgentCodeError, AgentCodeProblem) as error:

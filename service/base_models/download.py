@@ -1,9 +1,9 @@
 """The built-in tiny base model as a download, so adapters trained on it load anywhere.
 
 Hub models come from the hub; ``rft-tiny`` exists only on this service's machines. It is built
-on demand, like a worker builds it (``workers.training.tiny_model``), which needs the training
-stack (torch, transformers): an API installed without the worker extra answers 503 unless the
-model cache it shares with the workers already holds the build.
+on demand, like a worker builds it (``service.base_models.built_in.tiny_model``), which needs
+the training stack (torch, transformers): an API installed without the worker extra answers 503
+unless the model cache it shares with the workers already holds the build.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def base_model_archive(name: str, settings: Settings) -> Path:
             "comes from where it was given (the Hugging Face hub, or the workers' disk)"
         )
     try:
-        from workers.training.tiny_model import ensure_tiny_model
+        from service.base_models.built_in.tiny_model import ensure_tiny_model
 
         directory = ensure_tiny_model(settings.resolved_model_cache_dir)
     except ImportError as exc:

@@ -1,6 +1,6 @@
 """A base model's ``config.json`` (and the size of its safetensors checkpoint), read where the
 API can: a local model directory, or the hub. For the GPU-memory check at job creation
-(service.jobs.gpu_fit); a model whose files cannot be read here is simply not checked.
+(service.gpu.job_fit); a model whose files cannot be read here is simply not checked.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from service.base_models.service import BUILT_IN_MODELS
+from service.gpu.memory_plan import CONFIG_FILE, INDEX_FILE, checkpoint_bytes
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.json"
-# Sharded safetensors checkpoints list their tensors here, with metadata.total_size in bytes.
-INDEX_FILE = "model.safetensors.index.json"
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
@@ -52,7 +50,7 @@ def _local(directory: Path) -> ModelFiles | None:
     config = _parse(config_path.read_bytes()[:MAX_FILE_BYTES])
     index_path = directory / INDEX_FILE
     index = _parse(index_path.read_bytes()[:MAX_FILE_BYTES]) if index_path.is_file() else None
-    return ModelFiles(config, _total_size(index))
+    return ModelFiles(config, checkpoint_bytes(index))
 
 
 def _from_hub(repo_id: str, settings: Settings) -> ModelFiles | None:
@@ -75,7 +73,7 @@ def _from_hub(repo_id: str, settings: Settings) -> ModelFiles | None:
         config = fetch(CONFIG_FILE)
         if config is None:
             return None
-        return ModelFiles(config, _total_size(fetch(INDEX_FILE)))
+        return ModelFiles(config, checkpoint_bytes(fetch(INDEX_FILE)))
 
 
 def _parse(content: bytes) -> dict[str, Any]:
@@ -83,9 +81,3 @@ def _parse(content: bytes) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ValueError("not a JSON object")
     return parsed
-
-
-def _total_size(index: dict[str, Any] | None) -> int | None:
-    metadata = index.get("metadata") if index else None
-    size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    return int(size) if isinstance(size, int | float) and size > 0 else None

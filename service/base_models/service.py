@@ -30,8 +30,8 @@ TINY_MODEL_NAME = "rft-tiny"
 TINY_TOOL_MODEL_NAME = "rft-tiny-tools"
 # Built by the workers on first use, offline: nothing to check on a hub or a disk.
 BUILT_IN_MODELS = frozenset({TINY_MODEL_NAME, TINY_TOOL_MODEL_NAME})
-# The reward model built in the same way (workers/training/tiny_reward_model.py): a reward
-# entry's model, never a base model.
+# The reward model built in the same way (service/base_models/built_in/tiny_reward_model.py):
+# a reward entry's model, never a base model.
 TINY_REWARD_MODEL_NAME = "rft-tiny-reward"
 BUILT_IN_REWARD_MODELS = frozenset({TINY_REWARD_MODEL_NAME})
 # The hub's repo id rule: an optional namespace and a name of letters, digits, '-', '_', '.'.

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.bulk import copy_into, copy_json, copy_line
+from service.keyset import newest_first
 from service.models import Dataset, DatasetRow
 
 
@@ -31,14 +32,8 @@ class DatasetRepository:
 
     def list_datasets(self, tenant_id: str, *, limit: int, after: str | None) -> list[Dataset]:
         statement = select(Dataset).where(Dataset.tenant_id == tenant_id)
-        if after:
-            anchor = self.get(tenant_id, after)
-            if anchor is not None:
-                statement = statement.where(
-                    tuple_(Dataset.created_at, Dataset.id) < tuple_(anchor.created_at, anchor.id)
-                )
-        statement = statement.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit)
-        return list(self.session.scalars(statement))
+        anchor = self.get(tenant_id, after) if after else None
+        return list(self.session.scalars(newest_first(statement, Dataset, anchor, limit)))
 
     def rows(self, dataset_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         statement = (

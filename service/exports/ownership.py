@@ -1,9 +1,8 @@
 """Who builds an export, and every move made on an export a worker holds.
 
-As for jobs (service.jobs.ownership): a running export carries its worker's id and a
-heartbeat, and each move reads the row FOR UPDATE, checks the claim (the worker still holds
-it, or the heartbeat the reaper saw expire is still the latest), then moves the status through
-service.exports.status. A hub token given with the request is erased as the export ends.
+An export's lease (service.leases, as for jobs): a running export carries its worker's id
+and a heartbeat, and each move reads the row FOR UPDATE, checks the claim, then moves the status
+through service.exports.status. A hub token given with the request is erased as the export ends.
 """
 
 from __future__ import annotations
@@ -16,14 +15,23 @@ from sqlalchemy.orm import Session
 from service.artifacts.repository import CheckpointRepository
 from service.db import after_commit
 from service.exports.repository import ExportRepository
-from service.exports.status import MAX_ATTEMPTS, ExportStatus, ensure_transition
-from service.jobs.ownership import Claim, HeldBy
+from service.exports.status import EXPORT_STATES, MAX_ATTEMPTS, ExportStatus
 from service.jobs.repository import JobRepository
+from service.leases import Claim, HeldBy, LeasePolicy, start_lease
 from service.models import Export
 from service.secrets import unseal
 from service.server_paths import hide_server_paths
 from service.settings import get_settings
-from workers.queue import enqueue_export
+from service.work_queue.queue import enqueue_export
+
+
+def _load_for_update(session: Session, export_id: str) -> Export | None:
+    return ExportRepository(session).get_any_job(export_id, for_update=True)
+
+
+EXPORT_LEASE = LeasePolicy(
+    load_for_update=_load_for_update, holding=frozenset({ExportStatus.RUNNING.value})
+)
 
 # The key of a token given with the request, in the export's sealed secrets.
 REQUEST_TOKEN = "token"
@@ -48,17 +56,15 @@ class ExportWork:
 def take(session: Session, export_id: str, worker_id: str) -> ExportWork | None:
     """queued -> running, and the lease is ``worker_id``'s. None when the export should not
     run here: it is gone, or not queued (a duplicate or stale message)."""
-    repository = ExportRepository(session)
-    export = repository.get_any_job(export_id, for_update=True)
+    export = _load_for_update(session, export_id)
     if export is None or export.status != ExportStatus.QUEUED.value:
         return None
     job = JobRepository(session).get_any_tenant(export.job_id)
     if job is None:
         return None
     _move(export, ExportStatus.RUNNING)
-    export.worker_id = worker_id
-    export.heartbeat_at = datetime.now(UTC)
-    export.started_at = export.started_at or export.heartbeat_at
+    leased_at = start_lease(export, worker_id)
+    export.started_at = export.started_at or leased_at
     export.attempts += 1
     export.stage = None
     export.progress = 0.0
@@ -112,7 +118,7 @@ def finish(
     size_bytes: int | None = None,
     hub_commit_url: str | None = None,
 ) -> bool:
-    export = _held(session, export_id, claim)
+    export = EXPORT_LEASE.hold(session, export_id, claim)
     if export is None:
         return False
     _move(export, ExportStatus.SUCCEEDED)
@@ -125,7 +131,7 @@ def finish(
 
 def fail(session: Session, export_id: str, claim: Claim, *, reason: str) -> bool:
     """The export failed; ``reason`` (server folders hidden) is what its reader sees."""
-    export = _held(session, export_id, claim)
+    export = EXPORT_LEASE.hold(session, export_id, claim)
     if export is None:
         return False
     _move(export, ExportStatus.FAILED)
@@ -136,7 +142,7 @@ def fail(session: Session, export_id: str, claim: Claim, *, reason: str) -> bool
 def requeue(session: Session, export_id: str, claim: Claim, *, why: str) -> bool:
     """Its worker was lost: queued again for another one, unless that happened
     ``MAX_ATTEMPTS`` times already (then failed, saying why). Whether it moved."""
-    export = _held(session, export_id, claim)
+    export = EXPORT_LEASE.hold(session, export_id, claim)
     if export is None:
         return False
     if export.attempts >= MAX_ATTEMPTS:
@@ -150,15 +156,8 @@ def requeue(session: Session, export_id: str, claim: Claim, *, why: str) -> bool
     return True
 
 
-def _held(session: Session, export_id: str, claim: Claim) -> Export | None:
-    export = ExportRepository(session).get_any_job(export_id, for_update=True)
-    if export is None or export.status != ExportStatus.RUNNING.value or not claim.holds(export):
-        return None
-    return export
-
-
 def _move(export: Export, target: ExportStatus) -> None:
-    ensure_transition(export.id, ExportStatus(export.status), target)
+    EXPORT_STATES.ensure(export.id, ExportStatus(export.status), target)
     export.status = target.value
     if target != ExportStatus.RUNNING:
         export.worker_id = None

@@ -27,7 +27,7 @@ from service.jobs.status import JobStatus
 from service.models import Export, Job, new_id
 from service.secrets import seal
 from service.settings import get_settings
-from workers.queue import enqueue_export
+from service.work_queue.queue import enqueue_export
 
 BUILDING = {ExportStatus.QUEUED, ExportStatus.RUNNING}
 

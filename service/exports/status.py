@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from service.errors import IllegalTransition
+from service.leases import StateMachine
 
 
 class ExportStatus(StrEnum):
@@ -50,8 +50,4 @@ ALLOWED_TRANSITIONS: dict[ExportStatus, frozenset[ExportStatus]] = {
 MAX_ATTEMPTS = 3
 
 
-def ensure_transition(export_id: str, current: ExportStatus, target: ExportStatus) -> None:
-    if target not in ALLOWED_TRANSITIONS[current]:
-        raise IllegalTransition(
-            f"export {export_id} is {current.value}; it cannot become {target.value}"
-        )
+EXPORT_STATES = StateMachine("export", ALLOWED_TRANSITIONS)

@@ -5,6 +5,7 @@ those hosts alone (``Job.egress_hosts``), unless the job asked for the network a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -22,11 +23,43 @@ from sandbox.http_tools import (
 )
 from service.errors import BadRequest
 from service.http_tools.schemas import HttpToolCreate
+from service.secrets import MAX_SECRETS, SECRET_NAME
 from service.settings import Settings
 
 
 class InvalidEndpoint(BadRequest):
     """An HTTP tool or endpoint grader that could never be called; the detail names it."""
+
+
+def seal_header_values(
+    headers: dict[str, str], owner: str, secrets: dict[str, str]
+) -> dict[str, str]:
+    """``headers`` with each literal value moved into ``secrets`` (new entries named after the
+    owner and the header) and replaced by a ``{{secrets.NAME}}`` reference to it.
+
+    For requests that have no secrets of their own to refer to (OpenAI's fine-tuning API): a
+    token written into a header is then sealed with the job's secrets and never shown back,
+    while the sandbox still sends it. Values that already refer to a secret stay as they are.
+    A 400 when the job would hold more secrets than a job may.
+    """
+    sealed = {}
+    for header, value in headers.items():
+        if secret_references({header: value}):
+            sealed[header] = value
+            continue
+        base = re.sub(r"[^A-Za-z0-9]+", "_", f"HEADER_{owner}_{header}").strip("_").upper()[:120]
+        name, suffix = base, 1
+        while name in secrets:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        if not SECRET_NAME.match(name) or len(secrets) >= MAX_SECRETS:
+            raise InvalidEndpoint(
+                f"{owner}: header {header!r} is kept as a job secret, and a job holds at most "
+                f"{MAX_SECRETS} secrets: send fewer headers"
+            )
+        secrets[name] = value
+        sealed[header] = f"{{{{secrets.{name}}}}}"
+    return sealed
 
 
 def plain_http_hosts(settings: Settings) -> frozenset[str] | None:

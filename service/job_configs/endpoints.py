@@ -8,6 +8,7 @@ from service.auth.dependencies import CurrentTenant
 from service.db import SessionDep
 from service.errors import error_responses
 from service.job_configs import service
+from service.job_configs.dry_run import dry_run_update
 from service.job_configs.schemas import DryRunResult, JobConfig, JobConfigUpdate, JobConfigUpdated
 
 router = APIRouter(prefix="/v1/jobs/{job_id}/config", tags=["live config"])
@@ -58,7 +59,7 @@ def update_config(
     ] = False,
 ) -> JobConfigUpdated | DryRunResult:
     if dry_run:
-        return service.dry_run(session, tenant_id, job_id, update)
+        return dry_run_update(session, tenant_id, job_id, update)
     updated = service.update_config(session, tenant_id, job_id, update, if_match=if_match)
     response.headers["ETag"] = etag(updated.version)
     return updated

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from sandbox.agent_api import EnvironmentSpec, ToolSpec
@@ -18,6 +18,10 @@ from service.reward_functions.schemas import (
     reward_model_settings,
     run_settings,
 )
+
+# First key of the per-job advisory lock that makes config updates take turns (the second is
+# the job's hash; service.events.repository uses another first key).
+CONFIG_UPDATE_LOCK_CLASS = 0x5246_5402
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,13 @@ class JobConfigRepository:
 
     def add_function_version(self, version: RewardFunctionVersion) -> None:
         self.session.add(version)
+
+    def wait_for_update_turn(self, job_id: str) -> None:
+        """Wait until no other transaction is updating this job's config; the turn is held
+        until this transaction ends. Only config updates take it: never the worker."""
+        self.session.execute(
+            select(func.pg_advisory_xact_lock(CONFIG_UPDATE_LOCK_CLASS, func.hashtext(job_id)))
+        )
 
     def add_config_version(self, config: JobConfigVersion) -> None:
         self.session.add(config)

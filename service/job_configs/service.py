@@ -13,64 +13,40 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sandbox.agent_api import EnvironmentSpec, ToolSpec, answer_trajectory
-from sandbox.api import FunctionResult, RewardCodeError, RewardFunctionSpec
 from service.agent_code.schemas import EnvironmentConfig, ToolConfig
-from service.agent_code.service import (
-    agent_code_specs,
-    load_agent_code,
-    require_scores,
-    tool_timeout,
-)
 from service.artifacts.repository import CheckpointRepository
 from service.datasets.repository import DatasetRepository
-from service.errors import (
-    BadRequest,
-    Conflict,
-    InvalidAgentCode,
-    InvalidRewardFunction,
-    PreconditionFailed,
-    PreconditionRequired,
-)
+from service.errors import BadRequest, Conflict, PreconditionFailed, PreconditionRequired
 from service.events.repository import EventRepository
-from service.http_tools.service import check_hosts_kept, compile_http_tool, http_declaration
-from service.job_configs.repository import (
-    ENVIRONMENT,
-    TOOL,
-    JobConfigRepository,
-    StoredFunction,
+from service.http_tools.service import http_declaration
+from service.job_configs.proposed import (
+    AgentCode,
+    agent_code_after,
+    check_read_only_fields,
+    check_stays_what_it_was,
+    load_proposed_agent_code,
+    secrets_after,
 )
+from service.job_configs.repository import ENVIRONMENT, TOOL, JobConfigRepository, StoredFunction
 from service.job_configs.schemas import (
-    DryRunResult,
     JobConfig,
     JobConfigUpdate,
     JobConfigUpdated,
-    RescoredCompletion,
     RewardFunctionConfig,
     RewardModelConfig,
 )
 from service.jobs.repository import JobRepository
 from service.jobs.service import get_job
 from service.jobs.status import JobStatus
-from service.jobs.step_repository import StepRepository
-from service.models import Completion, Job, JobConfigVersion, RewardFunctionVersion
-from service.reward_functions.schemas import (
-    REWARD_MODEL_FORM,
-    RewardFunctionCreate,
-    code_entries,
-    model_entries,
-    run_settings,
-    stored_source,
-)
-from service.reward_functions.scoring import score_once
+from service.models import Job, JobConfigVersion, RewardFunctionVersion
+from service.reward_functions.schemas import REWARD_MODEL_FORM, stored_source
 from service.reward_functions.service import (
     PREFLIGHT_ROWS,
     check_reward_functions,
     check_reward_models,
     preflight,
 )
-from service.reward_functions.totals import weighted_total
-from service.secrets import apply_secret_changes, seal, unseal
+from service.secrets import seal
 from service.settings import get_settings
 
 
@@ -155,114 +131,6 @@ def parse_if_match(value: str | None) -> int | None:
         ) from None
 
 
-def _check_read_only_fields(job: Job, update: JobConfigUpdate) -> None:
-    """A GET document sent back is fine; a read-only field changed in it would be ignored
-    silently, so it is refused, saying where that change can be made."""
-    if update.job_id is not None and update.job_id != job.id:
-        raise BadRequest(f"job_id {update.job_id!r} is not this job ({job.id!r})")
-    if update.allow_network is not None and update.allow_network != job.allow_network:
-        raise BadRequest("allow_network is fixed at job creation: create a new job to change it")
-    if update.runtime_packages is not None and list(update.runtime_packages) != list(
-        job.runtime_packages or []
-    ):
-        raise BadRequest(
-            "runtime_packages are fixed at job creation: create a new job to change them"
-        )
-    if update.secret_names is not None and sorted(update.secret_names) != sorted(
-        job.secret_names or []
-    ):
-        raise BadRequest(
-            "secret_names is read-only: set, replace or remove secrets with 'secrets' "
-            '({"NAME": "value"} or {"NAME": null})'
-        )
-
-
-def _secrets_after(job: Job, update: JobConfigUpdate) -> dict[str, str]:
-    current = unseal(job.secrets_sealed, get_settings())
-    if not update.secrets:
-        return current
-    try:
-        return apply_secret_changes(current, update.secrets)
-    except ValueError as error:
-        raise BadRequest(f"secrets: {error}") from None
-
-
-@dataclass(frozen=True)
-class AgentCode:
-    """The tools and environments a config version will have (versions not yet assigned)."""
-
-    tools: list[ToolSpec] = field(default_factory=list)
-    environments: list[EnvironmentSpec] = field(default_factory=list)
-
-
-def _agent_code_after(session: Session, job: Job, update: JobConfigUpdate) -> AgentCode:
-    """The update's tools and environments; the current version's where it leaves them out."""
-    tool_code: dict[str, str] = {}
-    for name, tool in (update.tools or {}).items():
-        if tool.http is None:
-            tool_code[name] = tool.source
-            continue
-        if tool.http.name != name:
-            raise BadRequest(f"tools: http tool {tool.http.name!r} is given as {name!r}")
-        changes = update.secrets or {}
-        secret_names = {n for n in job.secret_names or [] if n not in changes} | {
-            n for n, value in changes.items() if value is not None
-        }
-        tool_code[name], host = compile_http_tool(tool.http, secret_names, get_settings())
-        check_hosts_kept([host], job.egress_hosts or [], job.allow_network)
-    tools, environments = agent_code_specs(tool_code, update.environments or {})
-    if update.tools is None or update.environments is None:
-        configs = JobConfigRepository(session)
-        current = configs.get_config_version(job.id, job.config_version)
-        assert current is not None
-        stored_tools, stored_environments = configs.stored_agent_code(current)
-        if update.tools is None:
-            tools = [ToolSpec(name=tool.name, source=tool.source) for tool in stored_tools]
-        if update.environments is None:
-            environments = [
-                EnvironmentSpec(
-                    name=env.name, source=env.source, class_name=env.class_name, weight=env.weight
-                )
-                for env in stored_environments
-            ]
-    return AgentCode(tools=tools, environments=environments)
-
-
-def _check_stays_what_it_was(session: Session, job: Job, agent_code: AgentCode) -> None:
-    """A job is an agent job or not from its creation: its trainer is built with TRL's tool
-    loop (and a chat template that renders tools) or without. Tools given to a job created
-    without any would never be called: a 400 rather than an update that silently does nothing."""
-    if not (agent_code.tools or agent_code.environments):
-        return
-    configs = JobConfigRepository(session)
-    first = configs.get_config_version(job.id, 1)
-    if first is None:
-        return
-    tools, environments = configs.stored_agent_code(first)
-    if not (tools or environments):
-        raise InvalidAgentCode(
-            "this job was created without tools or environments, so its model cannot call "
-            "any: a job's tools and environments can change while it runs, but only a job "
-            "created with some has them. Create a new job with them."
-        )
-
-
-def _load_agent_code(
-    job: Job, update: JobConfigUpdate, agent_code: AgentCode, secrets: dict[str, str]
-) -> None:
-    """Load the config's tools and environments in the sandbox: 400 naming one that cannot
-    load, or an environment without get_reward in a config without reward functions."""
-    loaded = load_agent_code(
-        agent_code.tools,
-        agent_code.environments,
-        allow_network=job.allow_network,
-        secrets=secrets,
-        runtime_packages=list(job.runtime_packages or []),
-        tool_timeout_s=tool_timeout(job.hyperparameters),
-    )
-    require_scores(loaded, len(update.reward_functions))
-
-
 def _validate(
     session: Session,
     job: Job,
@@ -273,11 +141,11 @@ def _validate(
     """The same checks as at job creation: broken code (or a reward model that is none) is a
     400 naming the function, tool or environment. The entries' forms, and the reward models'
     warnings."""
-    _check_read_only_fields(job, update)
+    check_read_only_fields(job, update)
     forms = check_reward_functions(update.reward_functions)
     warnings = check_reward_models(update.reward_functions)
-    _check_stays_what_it_was(session, job, agent_code)
-    _load_agent_code(job, update, agent_code, secrets)
+    check_stays_what_it_was(session, job, agent_code)
+    load_proposed_agent_code(job, update, agent_code, secrets)
     if update.reward_functions and not job.runtime_packages:
         rows = DatasetRepository(session).rows(job.dataset_id, limit=PREFLIGHT_ROWS)
         preflight(
@@ -419,27 +287,22 @@ def update_config(
             "has no reward functions, tools or sampling to change"
         )
     _check_version(job, if_match)
-    secrets = _secrets_after(job, update)
-    agent_code = _agent_code_after(session, job, update)
-    # Validation runs the code in the sandbox (seconds): before taking the row lock, which
-    # the worker needs to begin each step.
-    forms, warnings = _validate(session, job, update, secrets, agent_code)
-    # The row lock serializes concurrent updates: each gets its own version, none is lost.
-    session.refresh(job, with_for_update=True)
+    configs = JobConfigRepository(session)
+    # Updates of one job take turns, so each is built on the version it follows: none is lost
+    # and each gets its own version. The turn is not the job's row lock, which the worker needs
+    # to begin each step: validation runs the code in the sandbox (seconds) while holding it.
+    configs.wait_for_update_turn(job.id)
+    session.refresh(job)  # what an update that held the turn before this one stored
     _check_version(job, if_match)
+    secrets = secrets_after(job, update)
+    agent_code = agent_code_after(session, job, update)
+    forms, warnings = _validate(session, job, update, secrets, agent_code)
+    # Only the new version's few writes hold the row lock.
+    session.refresh(job, with_for_update=True)
     if update.secrets:
-        secrets = _secrets_after(job, update)
         job.secrets_sealed = seal(secrets, get_settings())
         job.secret_names = sorted(secrets)
-    if update.tools is None or update.environments is None:
-        # Kept code is the current version's: another update (If-Match: *) may have stored
-        # new code since it was loaded above.
-        latest_code = _agent_code_after(session, job, update)
-        if latest_code != agent_code:
-            _load_agent_code(job, update, latest_code, secrets)
-            agent_code = latest_code
 
-    configs = JobConfigRepository(session)
     current = configs.get_config_version(job.id, job.config_version)
     assert current is not None
 
@@ -520,147 +383,3 @@ def update_config(
         removed_environments=environments.removed,
         config=_to_schema(session, job, config),
     )
-
-
-def dry_run(session: Session, tenant_id: str, job_id: str, update: JobConfigUpdate) -> DryRunResult:
-    """Re-score the last recorded step's completions with the proposed functions.
-
-    Proposed tools and environments are loaded (400 when they cannot be) but take no part in
-    the re-score: that would take new rollouts, not the recorded ones. Reward models are not
-    run here (the API has no model runtime): an entry naming the model that scored the step
-    keeps its recorded scores (so a new weight is previewed exactly); one naming another
-    model is checked, listed in ``not_scored``, and left out of the new totals.
-    """
-    job = get_job(session, tenant_id, job_id)
-    _check_read_only_fields(job, update)
-    check_reward_functions(update.reward_functions)
-    check_reward_models(update.reward_functions)
-    secrets = _secrets_after(job, update)
-    _load_agent_code(job, update, _agent_code_after(session, job, update), secrets)
-    last_step = job.steps_completed
-    completions = (
-        StepRepository(session).list_completions(
-            job.id, step=last_step, after=None, limit=1_000_000
-        )
-        if last_step
-        else []
-    )
-    if not completions or not update.reward_functions:
-        return DryRunResult(step=None, completions=[], advantage_sign_changes=0, errors={})
-    functions = code_entries(update.reward_functions)
-    results = _rescore_functions(session, job, functions, completions, secrets)
-    recorded = _reward_models_of(session, job.id, completions[0].config_version)
-    kept = [
-        n for n, e in model_entries(update.reward_functions).items() if recorded.get(n) == e.model
-    ]
-    not_scored = [n for n in model_entries(update.reward_functions) if n not in kept]
-    names = [*functions, *kept]
-    weights = [update.reward_functions[n].weight for n in names]
-
-    def new_scores(i: int, completion: Completion) -> dict[str, float | None]:
-        scores = {n: results[n].scores[i] for n in functions}
-        scores.update({n: completion.scores.get(n) for n in kept})
-        return scores
-
-    rescored_scores = [new_scores(i, c) for i, c in enumerate(completions)]
-    new_totals = [weighted_total([scores[n] for n in names], weights) for scores in rescored_scores]
-    old_signs = _advantage_signs(
-        [c.prompt_index for c in completions], [c.total for c in completions]
-    )
-    new_signs = _advantage_signs([c.prompt_index for c in completions], new_totals)
-    rescored = [
-        RescoredCompletion(
-            completion_id=c.id,
-            prompt_index=c.prompt_index,
-            group_position=c.group_position,
-            old_scores=c.scores,
-            new_scores={**rescored_scores[i], **{n: None for n in not_scored}},
-            old_total=c.total,
-            new_total=new_totals[i],
-            old_advantage_sign=old_signs[i],
-            new_advantage_sign=new_signs[i],
-        )
-        for i, c in enumerate(completions)
-    ]
-    return DryRunResult(
-        step=last_step,
-        completions=rescored,
-        advantage_sign_changes=sum(o != n for o, n in zip(old_signs, new_signs, strict=True)),
-        errors={n: [e.message for e in r.errors] for n, r in results.items() if r.errors},
-        not_scored=not_scored,
-    )
-
-
-def _rescore_functions(
-    session: Session,
-    job: Job,
-    functions: Mapping[str, RewardFunctionCreate],
-    completions: list[Completion],
-    secrets: dict[str, str],
-) -> dict[str, FunctionResult]:
-    """The proposed functions' results on the recorded completions, in the sandbox."""
-    if not functions:
-        return {}
-    rows = DatasetRepository(session).rows_at(
-        job.dataset_id, {c.dataset_index for c in completions if c.dataset_index is not None}
-    )
-    specs = [
-        RewardFunctionSpec(
-            name=name,
-            source=f.source,
-            weight=f.weight,
-            **run_settings(f.config_entry(1)),
-        )
-        for name, f in functions.items()
-    ]
-    # An agent job's rollouts, as its training scored them (one without a record: a rollout
-    # that answered at once).
-    trajectories = (
-        [c.trajectory or answer_trajectory(c.completion) for c in completions]
-        if any(c.trajectory is not None for c in completions)
-        else None
-    )
-    try:
-        return score_once(
-            specs,
-            [c.prompt for c in completions],
-            [c.completion for c in completions],
-            [
-                rows.get(-1 if c.dataset_index is None else c.dataset_index, {"prompt": c.prompt})
-                for c in completions
-            ],
-            allow_network=job.allow_network,
-            secrets=secrets,
-            runtime_packages=list(job.runtime_packages or []),
-            trajectories=trajectories,
-            egress_hosts=job.egress_hosts or [],
-        )
-    except RewardCodeError as exc:
-        raise InvalidRewardFunction(str(exc)) from None
-
-
-def _reward_models_of(session: Session, job_id: str, version: int) -> dict[str, str]:
-    """Config ``version``'s reward models: entry name -> the model it names."""
-    configs = JobConfigRepository(session)
-    config = configs.get_config_version(job_id, version)
-    if config is None:
-        return {}
-    return {f.name: f.source for f in configs.stored_functions(config) if f.is_reward_model}
-
-
-def _advantage_signs(groups: list[int], totals: list[float | None]) -> list[int]:
-    """Sign of each total against its group's mean: GRPO's advantage sign (scaling by the
-    group's std never flips it). A sample without a total gets advantage 0."""
-    sums: dict[int, list[float]] = {}
-    for group, total in zip(groups, totals, strict=True):
-        if total is not None:
-            sums.setdefault(group, []).append(total)
-    signs = []
-    for group, total in zip(groups, totals, strict=True):
-        if total is None or group not in sums:
-            signs.append(0)
-            continue
-        mean = sum(sums[group]) / len(sums[group])
-        delta = total - mean
-        signs.append(0 if abs(delta) < 1e-9 else (1 if delta > 0 else -1))
-    return signs

@@ -1,17 +1,17 @@
 """At job creation: refuse options that only a CUDA GPU runs (QLoRA's 4-bit base, the 8-bit
 optimizer, flash attention) on a deployment whose running workers have none.
 
-Checked against the workers' adverts (workers.queue): when none is running the job is accepted
-and waits, and a CPU worker that takes it later fails it at its start, naming the option
+Checked against the workers' adverts (service.work_queue.queue): when none is running the job
+is accepted and waits, and a CPU worker that takes it later fails it at its start, naming the option
 (workers.training.model_options) rather than training something else.
 """
 
 from __future__ import annotations
 
 from service.errors import BadRequest
-from service.jobs.gpu_fit import running_workers
 from service.jobs.schemas import JobCreate
 from service.settings import Settings
+from service.work_queue.queue import running_workers
 
 
 class OptionNeedsCuda(BadRequest):
@@ -24,7 +24,7 @@ def check_cuda_only_options(payload: JobCreate, settings: Settings) -> None:
     wanted = payload.hyperparameters.cuda_only_options()
     if not wanted:
         return
-    workers = running_workers(settings)
+    workers = running_workers(settings.redis_url) or []
     if not workers:
         return
     able = [worker for worker in workers if worker.devices >= payload.num_devices]

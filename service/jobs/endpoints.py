@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
+from sqlalchemy.orm import Session
 
 from service import models
 from service.auth.dependencies import CurrentTenant
@@ -21,12 +22,15 @@ from service.jobs.schemas import (
 )
 from service.jobs.service import COMPLETION_CURSOR
 from service.jobs.status import JobStatus
+from service.jobs.step_repository import FunctionRecord
 from service.pagination import DEFAULT_PAGE_SIZE, Page, PageLimit, paginate
 from service.parameters import AfterRowId, AfterStep, FunctionFilter, StepFilter
 from service.usage import estimates
 from service.usage.schemas import CostEstimate
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+FunctionRecordOut = TypeVar("FunctionRecordOut", RewardLog, RewardErrorOut)
 
 
 @router.post(
@@ -153,22 +157,43 @@ def list_events(
     return paginate(events, limit, JobEvent, lambda item: item.id)
 
 
+class FunctionRecordQuery:
+    """The query both lists of a job's per-function records (print output, reward errors)
+    take: a step, a function, and a page of rows in id order."""
+
+    def __init__(
+        self,
+        step: StepFilter = None,
+        function: FunctionFilter = None,
+        limit: PageLimit = DEFAULT_PAGE_SIZE,
+        after: AfterRowId = 0,
+    ) -> None:
+        self.step, self.function, self.limit, self.after = step, function, limit, after
+
+    def page(
+        self,
+        session: Session,
+        tenant_id: str,
+        job_id: str,
+        record: type[FunctionRecord],
+        schema: type[FunctionRecordOut],
+    ) -> Page[FunctionRecordOut]:
+        rows = service.list_function_records(
+            session, tenant_id, job_id, record,
+            step=self.step, function=self.function, after_id=self.after, limit=self.limit + 1,
+        )  # fmt: skip
+        return paginate(rows, self.limit, schema, lambda item: item.id)
+
+
 @router.get("/{job_id}/logs", response_model=Page[RewardLog])
 def list_logs(
     session: SessionDep,
     tenant_id: CurrentTenant,
     job_id: str,
-    step: StepFilter = None,
-    function: FunctionFilter = None,
-    limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: AfterRowId = 0,
+    query: Annotated[FunctionRecordQuery, Depends()],
 ) -> Page[RewardLog]:
     """Reward functions' print output (stdout and stderr), per step and function."""
-    rows = service.list_function_records(
-        session, tenant_id, job_id, models.RewardLog,
-        step=step, function=function, after_id=after, limit=limit + 1,
-    )  # fmt: skip
-    return paginate(rows, limit, RewardLog, lambda item: item.id)
+    return query.page(session, tenant_id, job_id, models.RewardLog, RewardLog)
 
 
 @router.get("/{job_id}/reward-errors", response_model=Page[RewardErrorOut])
@@ -176,14 +201,7 @@ def list_reward_errors(
     session: SessionDep,
     tenant_id: CurrentTenant,
     job_id: str,
-    step: StepFilter = None,
-    function: FunctionFilter = None,
-    limit: PageLimit = DEFAULT_PAGE_SIZE,
-    after: AfterRowId = 0,
+    query: Annotated[FunctionRecordQuery, Depends()],
 ) -> Page[RewardErrorOut]:
     """Typed reward-function errors (exception, timeout, killed, invalid return, wrong length)."""
-    rows = service.list_function_records(
-        session, tenant_id, job_id, models.RewardErrorRecord,
-        step=step, function=function, after_id=after, limit=limit + 1,
-    )  # fmt: skip
-    return paginate(rows, limit, RewardErrorOut, lambda item: item.id)
+    return query.page(session, tenant_id, job_id, models.RewardErrorRecord, RewardErrorOut)

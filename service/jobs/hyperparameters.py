@@ -100,6 +100,29 @@ SFT_FIELDS = frozenset(
 SFT_ONLY_FIELDS = frozenset(SFT_DEFAULTS)
 
 
+# Rollouts may be this many optimizer steps older than the policy that trains on them; past a
+# few steps the importance-sampling ratios drift far from 1 and most tokens get clipped
+# (docs/async-generation.md).
+MAX_STALENESS = 4
+
+
+class AsyncGeneration(BaseModel):
+    """Generation overlapping training: step t+1's rollouts are sampled (by a vLLM engine in
+    a process of its own) while step t trains, so they come from a policy up to
+    ``max_staleness`` optimizer steps old; the loss corrects for it by importance sampling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        le=MAX_STALENESS,
+        description="Most optimizer steps between the policy that sampled a rollout and the "
+        "one that trains on it (1: one step off-policy, the usual async GRPO setting). Also "
+        "how many steps' rollouts are generated ahead.",
+    )
+
+
 class Hyperparameters(BaseModel):
     # NaN and Infinity pass `ge` bounds (beta = Infinity did) and cannot be stored as JSON.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -265,8 +288,8 @@ class Hyperparameters(BaseModel):
         description="vLLM colocated on a GPU: its share of each GPU's memory (TRL's "
         "vllm_gpu_memory_utilization), for its weights, KV cache and runtime; the trainer "
         "lives in the rest. null: computed at the job's start from the model's config and the "
-        "GPU (what vLLM needs for this job plus half of what is left; README: which models "
-        "fit which GPUs), else the worker's RFT_VLLM_MEMORY_FRACTION (0.3).",
+        "GPU (what vLLM needs for this job plus half of what is left; docs/deploy/"
+        "gpu-sizing.md), else the worker's RFT_VLLM_MEMORY_FRACTION (0.3).",
     )
     vllm_tensor_parallel_size: int = Field(
         1,
@@ -291,6 +314,15 @@ class Hyperparameters(BaseModel):
         "once (TRL's vllm_max_model_length). null: the worker's RFT_VLLM_MAX_MODEL_LENGTH, "
         "else max_prompt_length + max_completion_length when prompts are capped, else the "
         "model's whole context.",
+    )
+    async_generation: AsyncGeneration | None = Field(
+        None,
+        description="Opt-in: generate the next steps' rollouts while the current step trains, "
+        'e.g. {"max_staleness": 1}. Needs workers that generate with vLLM; single-device, '
+        "single-answer GRPO jobs only (no tools or environments, no reproducible_sampling, "
+        "no vllm_sleep_mode or vllm_tensor_parallel_size > 1). Each step records the "
+        "staleness of its rollouts and the importance-sampling ratios "
+        "(docs/async-generation.md). null: generation and training alternate.",
     )
     max_turns: int = Field(
         8,
@@ -344,8 +376,8 @@ class Hyperparameters(BaseModel):
         max_length=4,
         description="Experiment trackers the worker also reports to (TRL's report_to): "
         "'wandb', 'mlflow', 'tensorboard', 'trackio'. Their settings and credentials are "
-        "read from the worker's environment and the job's secrets (README: experiment "
-        "trackers).",
+        "read from the worker's environment and the job's secrets (docs/deploy/"
+        "monitoring.md).",
     )
 
     batch_size: int | None = Field(

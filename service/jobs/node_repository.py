@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service.jobs.status import NodeState, ensure_node_transition
+from service.jobs.status import NODE_STATES, NodeState
 from service.models import JobNode
 
 
@@ -48,7 +48,7 @@ class JobNodeRepository:
             self.move(node, NodeState.LAUNCHED)
 
     def move(self, node: JobNode, target: NodeState, detail: str | None = None) -> None:
-        ensure_node_transition(node.node_rank, NodeState(node.state), target)
+        NODE_STATES.ensure(node.node_rank, NodeState(node.state), target)
         node.state = target.value
         if detail is not None:
             node.detail = detail

@@ -1,15 +1,5 @@
-"""Who holds a job, and every move made on a job that a worker holds.
-
-A running (or pausing) job carries its worker's id and a heartbeat: the lease. The moves
-below are the only ways a lease starts or ends. Each one, in the caller's transaction:
-
-1. reads the job row FOR UPDATE;
-2. checks the claim: the worker still holds the job (``HeldBy``), or, for the reaper, the
-   heartbeat it saw expire is still the job's latest (``ExpiredLease``) - a job someone else
-   ended, paused or took over meanwhile is left as it is;
-3. moves the status through the state machine (service.jobs.status);
-4. clears the owner, writes the event, drops a placement's node rows;
-5. queues the job again once the transaction commits, where the move sends it back.
+"""Who holds a job, and every move made on a job that a worker holds: the job's lease
+(service.leases, which says how every move reads, checks and moves the row).
 
 The user's moves (pause, resume, cancel) are in service.jobs.service; the worker, placement
 (workers.placement) and the lost-worker reaper (workers.lease) make these (the worker's
@@ -19,8 +9,7 @@ The user's moves (pause, resume, cancel) are in service.jobs.service; the worker
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -29,44 +18,21 @@ from service.db import after_commit
 from service.events.repository import EventRepository
 from service.jobs.node_repository import JobNodeRepository
 from service.jobs.repository import JobRepository
-from service.jobs.service import transition
-from service.jobs.status import JobStatus
+from service.jobs.status import OWNED_STATUSES, JobStatus
+from service.jobs.transitions import transition
+from service.leases import Claim, HeldBy, LeasePolicy, start_lease
 from service.models import Checkpoint, Job
-from workers.queue import enqueue_training
+from service.work_queue.queue import enqueue_training
 
 
-class Leased(Protocol):
-    """A row a worker holds under a lease: a job, or an export (service.exports.ownership)."""
-
-    @property
-    def worker_id(self) -> str | None: ...
-
-    @property
-    def heartbeat_at(self) -> datetime | None: ...
+def _load_for_update(session: Session, job_id: str) -> Job | None:
+    return JobRepository(session).get_any_tenant(job_id, for_update=True)
 
 
-@dataclass(frozen=True)
-class HeldBy:
-    """The worker that holds the job asks."""
-
-    worker_id: str
-
-    def holds(self, job: Leased) -> bool:
-        return job.worker_id == self.worker_id
-
-
-@dataclass(frozen=True)
-class ExpiredLease:
-    """The reaper asks, about a lease whose heartbeat it saw stand still for a whole lease."""
-
-    heartbeat_at: datetime | None
-
-    def holds(self, job: Leased) -> bool:
-        # The owner may have beaten (or finished) since the reaper looked.
-        return job.heartbeat_at == self.heartbeat_at
-
-
-Claim = HeldBy | ExpiredLease
+JOB_LEASE = LeasePolicy(
+    load_for_update=_load_for_update,
+    holding=frozenset(status.value for status in OWNED_STATUSES),
+)
 
 
 @dataclass(frozen=True)
@@ -80,12 +46,11 @@ def take(session: Session, job_id: str, worker_id: str) -> Taken | None:
     """queued -> running, and the lease is ``worker_id``'s. None when the job should not run
     here: it is gone, or not queued (a duplicate or stale message: the database, not the
     queue, says what runs)."""
-    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+    job = _load_for_update(session, job_id)
     if job is None or job.status != JobStatus.QUEUED.value:
         return None
     transition(session, job, JobStatus.RUNNING)
-    job.worker_id = worker_id
-    job.heartbeat_at = datetime.now(UTC)
+    start_lease(job, worker_id)
     checkpoint = CheckpointRepository(session).latest_checkpoint(job_id)
     # The run goes on after the checkpoint: a config stored now applies from the step after
     # it (steps after the checkpoint that ran before are re-run).
@@ -109,7 +74,7 @@ def release(session: Session, job_id: str, claim: HeldBy) -> None:
     resumed after the worker had already stopped for the pause: it goes back to the queue and
     continues from that checkpoint, so a resume is never lost.
     """
-    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
+    job = _load_for_update(session, job_id)
     if job is None or not claim.holds(job):
         return
     # Whatever the status (ended, cancelled): the worker holds it no more.
@@ -150,7 +115,7 @@ def requeue(
     checkpoint, on a fresh placement, once a worker takes it from the queue; ``then`` says so
     in the event. A job that was pausing is paused instead, as its user asked. Whether the
     job moved (False: someone else ended, paused or took it meanwhile)."""
-    job = _held(session, job_id, claim)
+    job = JOB_LEASE.hold(session, job_id, claim)
     if job is None:
         return False
     job.worker_id = None
@@ -172,7 +137,7 @@ def pause(session: Session, job_id: str, claim: HeldBy) -> bool:
     running -> pausing, the move a user's pause makes; the worker then checkpoints and lets
     go through ``release``, and resume works as after any pause. Whether the job moved
     (False: it is no longer running here, e.g. cancelled or paused meanwhile)."""
-    job = _held(session, job_id, claim)
+    job = JOB_LEASE.hold(session, job_id, claim)
     if job is None or job.status != JobStatus.RUNNING.value:
         return False
     transition(session, job, JobStatus.PAUSING)
@@ -181,7 +146,7 @@ def pause(session: Session, job_id: str, claim: HeldBy) -> bool:
 
 def finish(session: Session, job_id: str, claim: HeldBy, *, adapter: str) -> bool:
     """The run trained every step: succeeded, with its adapter."""
-    job = _held(session, job_id, claim)
+    job = JOB_LEASE.hold(session, job_id, claim)
     if job is None:
         return False
     job.adapter_path = adapter
@@ -191,20 +156,11 @@ def finish(session: Session, job_id: str, claim: HeldBy, *, adapter: str) -> boo
 
 def fail(session: Session, job_id: str, claim: HeldBy, *, reason: str) -> bool:
     """The run failed; ``reason`` is the job's failure reason."""
-    job = _held(session, job_id, claim)
+    job = JOB_LEASE.hold(session, job_id, claim)
     if job is None:
         return False
     transition(session, job, JobStatus.FAILED, reason=reason)
     return True
-
-
-def _held(session: Session, job_id: str, claim: Claim) -> Job | None:
-    """The job, locked, while ``claim`` holds it; None when it is gone, not held by anyone
-    (cancelled, paused, ended: their status stands) or held under another claim."""
-    job = JobRepository(session).get_any_tenant(job_id, for_update=True)
-    if job is None or not JobStatus(job.status).has_worker or not claim.holds(job):
-        return None
-    return job
 
 
 def _enqueue_after_commit(session: Session, job: Job) -> None:

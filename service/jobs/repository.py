@@ -9,10 +9,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from service.jobs.status import OWNED_STATUSES, JobStatus
+from service.keyset import newest_first
 from service.models import Job
 
 # Postgres NOTIFY channel the workers listen on for changes to their jobs.
@@ -67,14 +68,8 @@ class JobRepository:
         statement = select(Job).where(Job.tenant_id == tenant_id)
         if status:
             statement = statement.where(Job.status == status)
-        if after:
-            anchor = self.get(tenant_id, after)
-            if anchor is not None:
-                statement = statement.where(
-                    tuple_(Job.created_at, Job.id) < tuple_(anchor.created_at, anchor.id)
-                )
-        statement = statement.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
-        return list(self.session.scalars(statement))
+        anchor = self.get(tenant_id, after) if after else None
+        return list(self.session.scalars(newest_first(statement, Job, anchor, limit)))
 
     def count_by_status(self) -> dict[str, int]:
         """Every tenant's jobs, counted by status (the metrics endpoint)."""

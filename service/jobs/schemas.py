@@ -40,7 +40,7 @@ TINY_MODEL_NAME = "rft-tiny"
 
 MAX_DEVICES_PER_JOB = 64
 MAX_NODES_PER_JOB = 64
-# How a job's ranks share the training (README, "One job on several processes").
+# How a job's ranks share the training (docs/internals/processes.md).
 TrainingEngine = Literal["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"]
 AVAILABLE_ENGINES = frozenset({"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"})
 # Engines that run only on CUDA GPUs (FSDP on CPU silently trains as plain DDP).
@@ -428,6 +428,36 @@ class FunctionStepMetrics(BaseModel):
     error_rate: float
 
 
+class ImportanceSamplingRatios(BaseModel):
+    min: float | None
+    mean: float | None
+    max: float | None
+
+
+class AsyncGenerationStep(BaseModel):
+    """How off-policy a step of an async-generation job trained (docs/async-generation.md)."""
+
+    max_staleness: int = Field(description="The job's bound.")
+    policy_version: int = Field(
+        description="The policy that trained this step: optimizer steps taken before it (step - 1)."
+    )
+    rollout_policy_versions: list[int] = Field(
+        description="The policy versions whose weights the rollout engine held when it "
+        "sampled this step's rollouts (as the engine reported them), one per prompt group."
+    )
+    staleness_max: int = Field(description="policy_version - the oldest rollout version.")
+    staleness_mean: float
+    sampling_config_versions: list[int] = Field(
+        description="Live-config versions whose temperature/top_p sampled the rollouts (the "
+        "version when their generation was requested). The rewards were scored under the "
+        "step's config_version, at training time."
+    )
+    importance_sampling_ratio: ImportanceSamplingRatios = Field(
+        description="Per-token ratio of the training policy's probability to the sampler's "
+        "(TRL's vllm_importance_sampling_correction, after its clipping), over the step."
+    )
+
+
 class Step(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -457,6 +487,13 @@ class Step(BaseModel):
         "learning_rate: grad_norm, mean_token_accuracy, entropy, num_tokens (tokens trained "
         "on so far), and eval_loss and eval_mean_token_accuracy at evaluated steps (an SFT "
         "step's reward fields are null). null for GRPO steps.",
+    )
+    async_generation: AsyncGenerationStep | None = Field(
+        None,
+        description="Jobs with hyperparameters.async_generation: which policy versions "
+        "sampled the step's rollouts and how stale they were, the config versions they were "
+        "sampled under, and the importance-sampling ratios that corrected for it. null for "
+        "other jobs.",
     )
     created_at: datetime
 

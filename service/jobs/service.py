@@ -6,10 +6,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,18 +23,20 @@ from service.datasets.service import get_dataset
 from service.db import after_commit
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
+from service.gpu.job_fit import check_gpu_memory
 from service.http_tools.service import tool_sources
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import step_json
+from service.jobs.async_generation import check_async_generation
 from service.jobs.device_options import check_cuda_only_options
-from service.jobs.gpu_fit import check_gpu_memory
 from service.jobs.lineage import pin_starting_weights, resolve_init_from
 from service.jobs.method_datasets import check_datasets_fit_method
 from service.jobs.repository import JobRepository
 from service.jobs.schemas import AVAILABLE_ENGINES, CUDA_ONLY_ENGINES, JobCreate
 from service.jobs.schemas import Job as JobOut
-from service.jobs.status import JobStatus, ensure_transition
+from service.jobs.status import JobStatus
 from service.jobs.step_repository import FunctionRecord, StepRepository
+from service.jobs.transitions import transition
 from service.models import (
     Completion,
     Evaluation,
@@ -55,12 +55,11 @@ from service.reward_functions.service import (
     preflight,
 )
 from service.secrets import seal
-from service.server_paths import hide_server_paths
 from service.settings import get_settings
 from service.usage import service as usage
 from service.usage.estimates import cost_estimate
 from service.webhooks import outbox as webhook_outbox
-from workers.queue import enqueue_training, live_workers
+from service.work_queue.queue import enqueue_training, running_workers
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +85,7 @@ def create_job(
     payload, starting_weights = resolve_init_from(session, tenant_id, payload, store)
     base_model = check_base_model(payload.base_model, get_settings())  # 400 before any worker
     check_datasets_fit_method(session, tenant_id, payload, dataset)  # before reward code reads it
+    check_async_generation(payload, get_settings())  # 400: async generation where it cannot run
     forms = check_reward_functions(payload.reward_functions)
     model_warnings = check_reward_models(payload.reward_functions)
     tool_code, tool_hosts = tool_sources(payload.tools, payload.secrets, get_settings())
@@ -279,32 +279,6 @@ def list_jobs(
     )
 
 
-def transition(session: Session, job: Job, target: JobStatus, *, reason: str | None = None) -> Job:
-    """Move a job (already read FOR UPDATE) to ``target``, or raise 409."""
-    current = JobStatus(job.status)
-    ensure_transition(job.id, current, target)
-    now = datetime.now(UTC)
-    # Devices are held from a worker's take until the job leaves running/pausing.
-    if target.has_worker and not current.has_worker:
-        usage.start_holding(session, job, now)
-    elif current.has_worker and not target.has_worker:
-        usage.stop_holding(session, job, now)
-    job.status = target.value
-    if target == JobStatus.RUNNING and job.started_at is None:
-        job.started_at = now
-    if target.is_terminal:
-        job.finished_at = now
-    if reason is not None:
-        # Worker exceptions quote paths freely (a model that failed to load): not for clients.
-        reason = hide_server_paths(reason)
-        job.failure_reason = reason
-    message = f"job {target.value}" + (f": {reason}" if reason else "")
-    EventRepository(session).add_event(job.id, "status", message, data={"status": target.value})
-    webhook_outbox.job_status_changed(session, job, target)
-    JobRepository(session).notify_changed(job.id)
-    return job
-
-
 def _check_devices(payload: JobCreate) -> str | None:
     """Refuse what no set of running workers could hold (a job is never shrunk to fit); a
     warning when no worker says what it holds, so the job waits in its queue for one that can.
@@ -315,13 +289,10 @@ def _check_devices(payload: JobCreate) -> str | None:
             f"{', '.join(sorted(AVAILABLE_ENGINES))})"
         )
     needs_cuda = payload.engine in CUDA_ONLY_ENGINES
-    redis_url = get_settings().redis_url
-    if (payload.num_devices == 1 and payload.num_nodes == 1 and not needs_cuda) or not redis_url:
+    if payload.num_devices == 1 and payload.num_nodes == 1 and not needs_cuda:
         return None
-    try:
-        workers = live_workers(redis_url)
-    except RedisError as exc:
-        logger.warning("could not read the workers' device counts: %s", exc)
+    workers = running_workers(get_settings().redis_url)
+    if workers is None:
         return None  # the queue decides; the job waits for workers that can hold it
     if not workers:
         wanted = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from service.errors import IllegalTransition
+from service.leases import StateMachine
 
 
 class JobStatus(StrEnum):
@@ -67,13 +67,7 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
-def can_transition(current: JobStatus, target: JobStatus) -> bool:
-    return target in ALLOWED_TRANSITIONS[current]
-
-
-def ensure_transition(job_id: str, current: JobStatus, target: JobStatus) -> None:
-    if not can_transition(current, target):
-        raise IllegalTransition(f"job {job_id} is {current.value}; it cannot become {target.value}")
+JOB_STATES = StateMachine("job", ALLOWED_TRANSITIONS)
 
 
 class NodeState(StrEnum):
@@ -98,8 +92,4 @@ NODE_TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
 }
 
 
-def ensure_node_transition(node_rank: int, current: NodeState, target: NodeState) -> None:
-    if target not in NODE_TRANSITIONS[current]:
-        raise IllegalTransition(
-            f"node {node_rank} is {current.value}; it cannot become {target.value}"
-        )
+NODE_STATES = StateMachine("node", NODE_TRANSITIONS)

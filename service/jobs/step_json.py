@@ -47,15 +47,18 @@ def _timestamp(value: datetime) -> str:
 
 def step_json(row: RowMapping | dict[str, Any]) -> str:
     """One step; ``row["reward_functions"]``, ``row["agent_metrics"]`` (null or missing
-    for a single-answer job) and ``row["metrics"]`` (null or missing for a GRPO job) are JSON
-    text (list_steps)."""
+    for a single-answer job), ``row["metrics"]`` (null or missing for a GRPO job) and
+    ``row["async_generation"]`` (null or missing without async generation) are JSON text
+    (list_steps)."""
     numbers = ",".join(f'"{name}":{_number(row[name])}' for name in NUMBER_FIELDS)
     agent_metrics = row.get("agent_metrics")
     metrics = row.get("metrics")
+    async_generation = row.get("async_generation")
     return (
         f'{{{numbers},"reward_functions":{row["reward_functions"]},'
         f'"agent_metrics":{"null" if agent_metrics is None else agent_metrics},'
         f'"metrics":{"null" if metrics is None else metrics},'
+        f'"async_generation":{"null" if async_generation is None else async_generation},'
         f'"created_at":{_timestamp(row["created_at"])}}}'
     )
 

@@ -59,11 +59,11 @@ class StepRepository:
         self.session = session
 
     def list_steps(self, job_id: str, *, after_step: int, limit: int) -> Sequence[RowMapping]:
-        """Plain rows (not ORM objects), reward_functions, agent_metrics and metrics left as
+        """Plain rows (not ORM objects), their JSON columns (reward_functions, ...) left as
         the JSON text Postgres holds: a long run's 1000 steps are read often (graphs, the
         event stream), and building ORM objects or decoding each row's jsonb cost more than
         the query itself."""
-        as_text = ("reward_functions", "agent_metrics", "metrics")
+        as_text = ("reward_functions", "agent_metrics", "metrics", "async_generation")
         columns = [c for c in Step.__table__.c if c.name not in as_text]
         return (
             self.session.execute(

@@ -110,7 +110,9 @@ function completionCard(completion, rank) {
         .map(([name, score]) => `${name} ${formatNumber(score)}`).join(", ") +
         ` · ${completion.token_count} tokens`)),
     el("pre", { class: "text prompt-text muted" }, promptText(completion.prompt)),
-    el("pre", { class: "text completion-text" }, completion.completion));
+    el("pre", { class: "text completion-text" }, completion.completion),
+    // An agent's rollout: its turns and tool calls, folded behind their summary.
+    completion.trajectory ? trajectoryFold(completion.trajectory) : null);
 }
 
 function completions() {

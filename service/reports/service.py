@@ -101,9 +101,10 @@ def _chosen_steps(recorded: list[int], asked: Sequence[int] | None) -> list[int]
 def _completions(
     repository: StepRepository, job_id: str, step: int, *, best: bool
 ) -> list[Completion]:
+    # An agent's completions carry their rollouts (turns, tool calls and results), which the
+    # page shows folded under the final answer.
     return [
-        # The rollout's messages stay in the API (GET /completions): the report keeps the text.
-        Completion.model_validate(row).model_copy(update={"trajectory": None})
+        Completion.model_validate(row)
         for row in repository.ranked_completions(job_id, step, limit=RANKED_COMPLETIONS, best=best)
     ]
 

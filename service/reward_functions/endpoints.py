@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.auth.dependencies import CurrentTenant
-from service.db import SessionDep
+from service.db import SessionDep, end_transaction
 from service.errors import error_responses
 from service.reward_functions import service
 from service.reward_functions.schemas import RewardFunctionTest, RewardFunctionTestResult
@@ -19,4 +19,7 @@ def test_reward_functions(
 
     `runtime_packages` are installed first, as for a job (the first request with a list waits
     for pip; later ones reuse it)."""
-    return service.try_reward_functions(session, tenant_id, request)
+    samples = service.samples_to_score(session, tenant_id, request)
+    # The reads are done: hand the database connection back while pip and the sandbox run.
+    end_transaction(session)
+    return service.try_reward_functions(request, samples)

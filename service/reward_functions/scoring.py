@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
+from sandbox.runtime_packages import PackageInstallError, install_runtime_packages
 from service.errors import BadRequest
 from service.server_paths import hide_server_paths
 from service.settings import Settings, get_settings, sandbox_settings
-from workers.failures import PackageInstallError
-from workers.runtime_packages import install_runtime_packages
 
 # How long the API waits for pip (a job's own install on a worker may take 900 s). Endpoints
 # that install are plain functions, so the wait holds one of the server's worker threads, never

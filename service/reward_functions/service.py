@@ -115,29 +115,30 @@ def dataset_samples(
     ]
 
 
+def samples_to_score(session: Session, tenant_id: str, request: RewardFunctionTest) -> list[Sample]:
+    """The request's samples, or rows of its dataset (checked to be the tenant's) with its
+    completions."""
+    if request.samples is not None:
+        return request.samples
+    assert request.dataset_id is not None
+    completions = request.completions or [""] * request.rows
+    return dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
+
+
 def try_reward_functions(
-    session: Session,
-    tenant_id: str,
     request: RewardFunctionTest,
+    samples: list[Sample],
     *,
     egress_hosts: Sequence[str] = (),
 ) -> RewardFunctionTestResult:
-    """Score the samples with the request's functions. Its reward models are checked but not
+    """Score ``samples`` with the request's functions. Its reward models are checked but not
     run (the API has no model runtime: they run on the workers, on the training device);
     the result lists them in ``not_scored``. ``egress_hosts``: checked endpoint hosts (an
-    endpoint grader's) the functions may reach without allow_network."""
+    endpoint grader's) the functions may reach without allow_network. Needs no database: pip
+    and the sandbox may take minutes."""
     forms = check_reward_functions(request.reward_functions)
     check_reward_models(request.reward_functions)
     functions = code_entries(request.reward_functions)
-    if request.samples is not None:
-        samples = request.samples
-    else:
-        assert request.dataset_id is not None
-        completions = request.completions or [""] * request.rows
-        samples = dataset_samples(session, tenant_id, request.dataset_id, completions, request.rows)
-    if request.runtime_packages and functions:
-        # Installing may take minutes: hand the database connection back meanwhile.
-        session.commit()
     results = (
         _run(
             functions,

@@ -19,18 +19,18 @@ from sqlalchemy.orm import Session
 from service.artifacts.storage import artifact_store
 from service.base_models.service import check_base_model
 from service.datasets.service import get_dataset
-from service.jobs.gpu_fit import running_workers
 from service.jobs.lineage import resolve_init_from
 from service.jobs.schemas import CUDA_ONLY_ENGINES, JobCreate
 from service.settings import Settings, get_settings
 from service.usage.repository import ThroughputRepository
 from service.usage.schemas import NO_MEASUREMENT, CostEstimate, WorkerKindEstimate
 from service.usage.throughput import model_key
+from service.work_queue.queue import running_workers
 
 
 class AdvertisedWorker(Protocol):
-    """What a running worker's advert says (workers.queue.WorkerCapacity; read for the API
-    by service.jobs.gpu_fit.running_workers)."""
+    """What a running worker's advert says (service.work_queue.queue.WorkerCapacity; read for
+    the API by service.work_queue.queue.running_workers)."""
 
     @property
     def devices(self) -> int: ...
@@ -46,7 +46,9 @@ def cost_estimate(session: Session, payload: JobCreate, settings: Settings) -> C
     """What the job is expected to cost on the running workers that could take it (at
     creation, after its checks)."""
     key = model_key(payload.base_model, settings)
-    return estimate_cost(ThroughputRepository(session), payload, key, running_workers(settings))
+    return estimate_cost(
+        ThroughputRepository(session), payload, key, (running_workers(settings.redis_url) or [])
+    )
 
 
 def estimate_job(session: Session, tenant_id: str, payload: JobCreate) -> CostEstimate:

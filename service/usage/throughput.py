@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from service.base_models.model_config import read_model_files
-from service.jobs.gpu_memory import ModelShape, UnknownModelShape
+from service.gpu.memory_plan import ModelShape, UnknownModelShape
 from service.models import Job, Step
 from service.settings import Settings
 from service.usage.repository import ThroughputRepository

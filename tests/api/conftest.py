@@ -15,8 +15,8 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.errors import IllegalTransition
-from service.jobs.service import transition
 from service.jobs.status import JobStatus
+from service.jobs.transitions import transition
 from service.models import Job
 from service.stack import LocalStack
 from tests.conftest import tenant_client

@@ -378,7 +378,7 @@ def worker_verdict(tool: str | None, env: str | None) -> str:
     from sandbox.agent_api import AgentCodeError, AgentLimits, EnvironmentSpec, ToolSpec
     from sandbox.agent_host import create_agent_sandbox
     from service.settings import get_settings, sandbox_settings
-    from workers.training.agents import AgentSession
+    from workers.training.agents.session import AgentSession
 
     tools = [ToolSpec(name="f", source=tool)] if tool else []
     environments = [
@@ -427,4 +427,4 @@ def test_invalid_agent_code_details_show_the_users_lines_only(
     for detail in details:
         assert "tool 'add'" in detail
         assert "agent_child.py" not in detail and "agent_code_rules.py" not in detail
-        assert "/opt/rft" not in detail and "child.py" not in detail
+        assert "/opt/rft" not in detail and "child.py" not in detail and "/child/" not in detail

@@ -1,18 +1,23 @@
-"""Every reward-function form the README and docs/agents.md show passes the pre-flight, called
-as training calls it: at job creation (jobs with and without tools), at config updates, and
-in ``POST /v1/reward-functions/test``. A function that is really broken is still refused,
-naming the problem, and error details show the user's lines only, never the sandbox's files.
+"""Every reward-function form the docs show passes the pre-flight: the reward snippets of every
+page (marked ``<!-- snippet: reward -->``, read from the pages), and the forms judges.md,
+agent-jobs.md and docs/agents.md describe in prose, called as training calls it: at job
+creation (jobs with and without tools), at config updates, and in
+``POST /v1/reward-functions/test``. A function that is really broken is still refused, naming
+the problem, and error details show the user's lines only, never the sandbox's files.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from service.stack import LocalStack
+from tests.code_rewards import TESTS
+from tests.docs.snippets import documented_rewards
 from tests.tiny import TINY_HYPERPARAMETERS
 
 ADD = '''def add(a: int, b: int) -> int:
@@ -25,26 +30,22 @@ ADD = '''def add(a: int, b: int) -> int:
     return a + b
 '''
 
-# name -> source, as the README and docs/agents.md write them.
+# name -> source: every function of the docs' reward snippets (``<!-- snippet: reward -->``,
+# tests/docs/snippets.py), read from the pages, with the runtime packages their markers name.
+DOCUMENTED = documented_rewards()
+RUNTIME_PACKAGES = sorted({p for reward in DOCUMENTED.values() for p in reward.runtime_packages})
+NEED_PACKAGES = {name for name, reward in DOCUMENTED.items() if reward.runtime_packages}
 FORMS = {
-    # README "Reward functions": the per-sample (Predibase) form.
-    "per_sample": (
-        "def per_sample(prompt, completion, example) -> float:\n"
-        '    return float(example["answer"] in completion)\n'
-    ),
-    # README "Reward functions": the batch (TRL) form.
-    "batch": (
-        "def batch(prompts, completions, **kwargs) -> list[float]:\n"
-        "    return [len(c) / 100 for c in completions]\n"
-    ),
-    # README "LLM judges": per-sample functions may be async.
+    **{name: reward.source for name, reward in DOCUMENTED.items()},
+    # docs/guides/judges.md: per-sample functions may be async (its judge calls OpenAI).
     "judge": (
         "import asyncio\n\n\n"
         "async def judge(prompt, completion, example):\n"
         "    await asyncio.sleep(0)\n"
         "    return float(len(completion) > 3)\n"
     ),
-    # README "Rewards see the rollout" / docs/agents.md "Rewards": the conversation as messages.
+    # docs/guides/agent-jobs.md "Rewards see the rollout" / docs/agents.md "Rewards": the
+    # conversation as messages.
     "with_messages": (
         "def with_messages(prompt, completion, example, messages):\n"
         '    assert messages[-1]["role"] == "assistant"\n'
@@ -68,8 +69,10 @@ def client(idle_api: tuple[LocalStack, httpx.Client]) -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def dataset_id(client: httpx.Client) -> str:
+    # The columns the documented functions read: an answer, and tests for code to pass.
     rows = "\n".join(
-        json.dumps({"prompt": f"Say {word}", "answer": word}) for word in ("a", "b", "c", "d")
+        json.dumps({"prompt": f"Say {word}", "answer": word, "tests": TESTS})
+        for word in ("a", "b", "c", "d")
     ).encode()
     return str(client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()["id"])
 
@@ -86,7 +89,11 @@ def job_body(dataset_id: str, functions: dict[str, str], *, agent: bool) -> dict
 
 
 def forms_of(agent: bool) -> list[str]:
-    return [*FORMS, "conversations"] if agent else list(FORMS)
+    """The forms a job's pre-flight runs. A job with runtime packages gets no pre-flight (only
+    its worker has them installed): functions that need packages are scored by the test
+    endpoint, which installs them (test_every_documented_form_scores_in_the_test_endpoint)."""
+    preflighted = [name for name in FORMS if name not in NEED_PACKAGES]
+    return [*preflighted, "conversations"] if agent else preflighted
 
 
 def source_of(name: str) -> str:
@@ -143,11 +150,11 @@ def test_every_documented_form_scores_in_the_test_endpoint(
 ) -> None:
     functions = {name: {"source": source} for name, source in FORMS.items()}
     samples = [
-        {"prompt": "Say a", "completion": "a and more", "example": {"answer": "a"}},
+        {"prompt": "Say a", "completion": "a and more", "example": {"answer": "a", "tests": TESTS}},
         {
             "prompt": [{"role": "user", "content": "Say b"}],
             "completion": "nothing",
-            "example": {"answer": "b"},
+            "example": {"answer": "b", "tests": TESTS},
         },
     ]
     for body in (
@@ -155,12 +162,36 @@ def test_every_documented_form_scores_in_the_test_endpoint(
         {"dataset_id": dataset_id, "completions": ["a b c d", "b"], "rows": 2},
     ):
         response = client.post(
-            "/v1/reward-functions/test", json={"reward_functions": functions, **body}
+            "/v1/reward-functions/test",
+            json={"reward_functions": functions, "runtime_packages": RUNTIME_PACKAGES, **body},
         )
         assert response.status_code == 200, response.text
         for name, result in response.json()["results"].items():
             assert result["errors"] == [], (name, result["errors"])
             assert None not in result["scores"], (name, result)
+
+
+def test_the_gsm8k_tutorials_reward_module_scores_in_the_test_endpoint(
+    client: httpx.Client,
+) -> None:
+    # docs/get-started/gsm8k.md sends examples/gsm8k/rewards.py whole as a reward module.
+    source = (Path(__file__).resolve().parents[2] / "examples/gsm8k/rewards.py").read_text()
+    names = ["correctness_reward_func", "int_reward_func", "strict_format_reward_func"]
+    functions = {name: {"weight": 1.0} for name in names}
+    good = "<reasoning>\n6 * 12 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"
+    samples = [
+        {"prompt": "How many?", "completion": completion, "example": {"answer": "72"}}
+        for completion in (good, "The answer is 72.")
+    ]
+    response = client.post(
+        "/v1/reward-functions/test",
+        json={"reward_module": {"source": source, "functions": functions}, "samples": samples},
+    )
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    for name in names:
+        assert results[name]["errors"] == [], (name, results[name]["errors"])
+        assert results[name]["scores"] == [1.0, 0.0], (name, results[name])
 
 
 def test_error_details_show_the_users_lines_only(client: httpx.Client, dataset_id: str) -> None:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from service.work_queue.queue import advertise_capacity, withdraw_capacity
 from tests.api.conftest import idle_model_root
 from tests.integration.helpers import upload_jsonl
-from tests.unit.test_gpu_memory import QWEN25_7B, QWEN25_14B
-from workers.queue import advertise_capacity, withdraw_capacity
+from tests.unit.test_memory_plan import QWEN25_7B, QWEN25_14B
 
 REWARD = {"one": {"source": "def one(prompt, completion, example):\n    return 1.0\n"}}
 

@@ -17,7 +17,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from sqlalchemy import create_engine, text
 
+from service.secrets import unseal
+from service.settings import Settings
 from service.stack import LocalStack
 from tests.public_network import HTTP_PORT, PublicHost
 from tests.tiny import TINY_HYPERPARAMETERS
@@ -29,6 +32,7 @@ PARAMETERS = {
     "required": ["key"],
 }
 ROWS = [{"prompt": f"Look up {i}", "score": i / 4} for i in range(4)]
+TOOL_TOKEN, GRADER_TOKEN = "sk-tool-4e1f0a9b", "grader-key-77c2d5"
 
 
 @pytest.fixture(scope="module")
@@ -181,11 +185,14 @@ def test_an_agent_job_through_the_openai_client(
         "type": "function",
         "function": {"name": "lookup", "description": "Looks a key up.", "parameters": PARAMETERS},
         "url": f"{public_side.http_url}/endpoint/echo/{uuid.uuid4().hex[:8]}",
+        # OpenAI's API has no job secrets: a token can only be written into the headers.
+        "headers": {"Authorization": f"Bearer {TOOL_TOKEN}"},
     }
     grader = {
         "type": "endpoint",
         "name": "remote",
         "url": f"{public_side.http_url}/endpoint/score/x",
+        "headers": {"X-Api-Key": GRADER_TOKEN},
     }
     job = client.fine_tuning.jobs.create(
         model="rft-tiny-tools",
@@ -211,3 +218,33 @@ def test_an_agent_job_through_the_openai_client(
     assert ours["hyperparameters"]["max_turns"] == 2
     config = tenant.get(f"/v1/jobs/{job.id}/config").json()
     assert config["tools"]["lookup"]["http"]["url"] == function_tool["url"]
+
+    # The tokens were sealed as job secrets, which the headers now name: no answer shows them,
+    # the database holds them encrypted, and the sandbox gets them as it gets any secret.
+    tool_secret, grader_secret = (
+        "HEADER_TOOL_LOOKUP_AUTHORIZATION",
+        "HEADER_GRADER_REMOTE_X_API_KEY",
+    )
+    assert config["tools"]["lookup"]["http"]["headers"] == {
+        "Authorization": f"{{{{secrets.{tool_secret}}}}}"
+    }
+    assert sorted(ours["secret_names"]) == [grader_secret, tool_secret]
+    shown = [
+        tenant.get(path).text
+        for path in (f"/v1/jobs/{job.id}", f"/v1/jobs/{job.id}/config", "/v1/jobs")
+    ]
+    shown.append(client.fine_tuning.jobs.retrieve(job.id).model_dump_json())
+    assert not [answer for answer in shown if TOOL_TOKEN in answer or GRADER_TOKEN in answer]
+    engine = create_engine(stack.database_url or "")
+    try:
+        with engine.connect() as connection:
+            sealed = connection.execute(
+                text("SELECT secrets_sealed FROM jobs WHERE id = :id"), {"id": job.id}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert TOOL_TOKEN not in sealed and GRADER_TOKEN not in sealed
+    assert unseal(sealed, Settings(state_dir=stack.state_dir)) == {
+        tool_secret: f"Bearer {TOOL_TOKEN}",
+        grader_secret: GRADER_TOKEN,
+    }

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
+from sqlalchemy import text as sql
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
+from service.db import session_scope
+from service.job_configs.repository import CONFIG_UPDATE_LOCK_CLASS
+from service.models import Job
 from tests.tiny import TINY_HYPERPARAMETERS
 
 SOURCE = "def score(prompt, completion, example):\n    return 1.0\n"
@@ -133,3 +142,57 @@ def test_the_api_document_lists_the_config_update_errors(client: httpx.Client) -
     put = document["paths"]["/v1/jobs/{job_id}/config"]["put"]
     assert {"409", "412", "428"} <= set(put["responses"])
     assert "If-Match" in put["description"] and "428" in put["description"]
+
+
+# Loading this module in the sandbox takes a while: the update's validation is seen running.
+SLOW_SOURCE = "import time\ntime.sleep(3)\n\n\n" + SOURCE
+
+
+def _update_turns(session: Session) -> list[bool]:
+    """Whether each transaction waiting for or holding a config update's turn holds it."""
+    rows = session.execute(
+        sql("SELECT granted FROM pg_locks WHERE locktype = 'advisory' AND classid = :lock_class"),
+        {"lock_class": CONFIG_UPDATE_LOCK_CLASS},
+    )
+    return [granted for (granted,) in rows]
+
+
+def test_updates_take_turns_and_the_job_row_stays_free_while_one_validates(
+    client: httpx.Client, job: dict[str, Any]
+) -> None:
+    """The worker locks the job's row to begin each step: validating an update's code in the
+    sandbox (seconds) must not hold it. Two updates at once each get their own version."""
+    path = f"/v1/jobs/{job['id']}/config"
+    slow = {"reward_functions": {"score": {"source": SLOW_SOURCE}}, "temperature": 0.7}
+    quick = {"reward_functions": {"score": {"source": SOURCE, "weight": 3.0}}}
+    row_free_while_validating = waited_for_turn = False
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        slow_update = pool.submit(client.put, path, json=slow, headers={"If-Match": "*"})
+        while not _update_turns_seen(slow_update):
+            time.sleep(0.05)
+        quick_update = pool.submit(client.put, path, json=quick, headers={"If-Match": "*"})
+        while not slow_update.done():
+            time.sleep(0.05)
+            with session_scope() as session:
+                turns = _update_turns(session)
+                try:
+                    session.execute(
+                        select(Job.id).where(Job.id == job["id"]).with_for_update(nowait=True)
+                    )
+                except OperationalError:
+                    continue  # the update's own few writes at its end
+                if turns.count(True) == 1 and _update_turns(session).count(True) == 1:
+                    row_free_while_validating = True
+                    waited_for_turn = waited_for_turn or False in turns
+    responses = [slow_update.result(), quick_update.result()]
+    assert [response.status_code for response in responses] == [200, 200], responses[1].text
+    assert [response.json()["version"] for response in responses] == [2, 3]
+    assert row_free_while_validating and waited_for_turn
+    # The later version was built on the earlier one: neither update's change is lost.
+    config = client.get(path).json()
+    assert config["temperature"] == 0.7 and config["reward_functions"]["score"]["weight"] == 3.0
+
+
+def _update_turns_seen(update: Future[httpx.Response]) -> bool:
+    with session_scope() as session:
+        return bool(_update_turns(session)) or update.done()

@@ -25,7 +25,7 @@ def test_oversized_json_body_is_413(client: httpx.Client) -> None:
 def run_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, RFT_DATABASE_URL=stack.database_url or "")
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "server.cli", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -69,7 +69,7 @@ def test_migrating_a_new_database_prints_one_line(stack: LocalStack) -> None:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
         fresh = server_url.set(database=name).render_as_string(hide_password=False)
         migrated = subprocess.run(
-            [sys.executable, "-m", "service.cli", "migrate"],
+            [sys.executable, "-m", "server.cli", "migrate"],
             capture_output=True,
             text=True,
             env=dict(os.environ, RFT_DATABASE_URL=fresh),

@@ -123,13 +123,14 @@ def test_runtime_packages_must_be_plain_requirements(client: httpx.Client) -> No
     assert "not a plain requirement" in response.text
 
 
-# A code-execution reward as README shows it: one Python process per sample, a few at a time.
+# A code-execution reward as docs/guides/code-execution.md shows it: one Python process per
+# sample, a few at a time.
 PYTEST_REWARD = {"source": PASSES_TESTS, "max_concurrency": 4, "sample_timeout_s": 20}
 
 
-def test_readme_shows_the_tested_code_execution_reward() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert PASSES_TESTS in readme
+def test_the_docs_show_the_tested_code_execution_reward() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "guides" / "code-execution.md"
+    assert PASSES_TESTS in page.read_text()
 
 
 def test_a_reward_that_runs_pytest_scores_right_and_wrong_answers(client: httpx.Client) -> None:

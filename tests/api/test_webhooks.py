@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sandbox.egress import EgressPolicy
 from service.db import to_sqlalchemy_url
 from service.jobs import ownership
+from service.leases import HeldBy
 from service.models import WebhookDelivery
 from service.settings import Settings
 from service.stack import LocalStack
@@ -317,9 +318,9 @@ def test_a_receiver_that_is_down_then_failing_gets_the_event_on_a_later_retry(
         job_id = held_job(api_key, unit_of_work=sessions.begin)
         # A guard's pause, then the worker letting go: the moves a worker makes.
         with sessions.begin() as session:
-            assert ownership.pause(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
+            assert ownership.pause(session, job_id, HeldBy(STAND_IN_WORKER))
         with sessions.begin() as session:
-            ownership.release(session, job_id, ownership.HeldBy(STAND_IN_WORKER))
+            ownership.release(session, job_id, HeldBy(STAND_IN_WORKER))
         clock = Clock()
         send = dispatcher(idle_stack, sessions, clock, webhook_retry_base_s=60).run_once
 

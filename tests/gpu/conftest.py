@@ -11,6 +11,7 @@ on CPU), NCCL, bf16 and activation checkpointing ("auto" turns both on with CUDA
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problem = gpu_problem(needed)
         if problem is not None:
             item.add_marker(needs_gpu(problem, needed))
+
+
+@contextlib.contextmanager
+def stack_on_one_gpu(prefix: str, **env: str) -> Iterator[LocalStack]:
+    """A stack whose one worker gives a job the first visible GPU, generating with
+    model.generate() (vLLM's jobs have their own tests: tests/vllm_generation); ``env`` adds
+    to the worker's settings."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    base = {
+        "RFT_WORKER_DEVICES": "1",
+        "CUDA_VISIBLE_DEVICES": visible,
+        "RFT_GENERATION_BACKEND": "transformers",
+    }
+    with stack_of_its_own(prefix, env={**base, **env}) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

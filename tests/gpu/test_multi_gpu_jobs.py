@@ -22,8 +22,8 @@ import pytest
 from service.stack import LocalStack
 from tests.gpu.conftest import GPUS_PER_JOB
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
-from tests.integration.test_multi_rank import assert_every_completion_once, worker_logs
-from tests.integration.test_multi_rank import job_request as cpu_job_request
+from tests.integration.multi_rank_jobs import assert_every_completion_once, worker_logs
+from tests.integration.multi_rank_jobs import job_request as cpu_job_request
 from tests.processes import rank_pids, training_processes, wait_gone
 
 pytestmark = pytest.mark.integration

@@ -10,14 +10,14 @@ it in bf16, the job checkpoints and finishes, and its adapter answers differentl
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from service.stack import LocalStack
-from tests.conftest import stack_of_its_own, tenant_client
+from tests.conftest import tenant_client
+from tests.gpu.conftest import stack_on_one_gpu
 from tests.integration.helpers import (
     A_SHARE,
     all_pages,
@@ -28,7 +28,7 @@ from tests.integration.helpers import (
     upload_jsonl,
     wait_for,
 )
-from tests.integration.test_multi_rank import worker_logs
+from tests.integration.multi_rank_jobs import worker_logs
 from tests.layers import skip_without_gpu
 from tests.tiny import TINY_HYPERPARAMETERS
 
@@ -39,16 +39,7 @@ GPUS_NEEDED = 1
 
 @pytest.fixture(scope="module")
 def one_gpu_stack() -> Iterator[LocalStack]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-    with stack_of_its_own(
-        "rft-one-gpu-",
-        env={
-            "RFT_WORKER_DEVICES": "1",
-            "CUDA_VISIBLE_DEVICES": visible,
-            # model.generate() on the GPU; vLLM's jobs have their own tests (tests/vllm_generation).
-            "RFT_GENERATION_BACKEND": "transformers",
-        },
-    ) as stack:
+    with stack_on_one_gpu("rft-one-gpu-") as stack:
         yield stack
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import httpx
 
-from tests.tiny import TINY_HYPERPARAMETERS
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
     lookup_dataset,
 )
+from tests.tiny import TINY_HYPERPARAMETERS
 
 FINAL = {"succeeded", "failed", "cancelled"}
 

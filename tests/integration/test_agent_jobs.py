@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.helpers import all_pages, create_job, lookup_job, wait_for, wait_until
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
 )
+from tests.integration.helpers import all_pages, create_job, lookup_job, wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 

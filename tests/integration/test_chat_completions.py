@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import rft
 from rft.cli.app import app as cli_app
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import (
@@ -30,7 +31,6 @@ from tests.integration.helpers import (
     train_a_share_job,
 )
 from tests.layers import needs_module
-from workers.training.tiny_model import ensure_tiny_model
 
 TRAIN_STEPS = 8
 CHECKPOINT_EVERY = 4

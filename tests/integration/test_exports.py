@@ -24,13 +24,13 @@ from typer.testing import CliRunner
 
 import rft
 from rft.cli.app import app
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.db import to_sqlalchemy_url
 from service.exports.status import ExportStage
 from service.stack import LocalStack
 from tests.conftest import SESSION_HUB_TOKEN, new_tenant_key, tenant_client
 from tests.fake_hub import FakeHub
 from tests.integration.helpers import train_a_share_job
-from workers.training.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.integration
 

@@ -40,7 +40,7 @@ def test_an_agent_job_calls_its_http_tool_and_records_each_call(
     lookup = {
         "type": "http",
         "name": "lookup",
-        # What the tiny model was warmed up on (workers.training.tiny_tool_model).
+        # What the tiny model was warmed up on (service.base_models.built_in.tiny_tool_model).
         "description": "Look up the value stored under a key.",
         "parameters": {
             "type": "object",

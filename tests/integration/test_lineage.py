@@ -11,6 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from service.base_models.built_in.tiny_tool_model import TINY_TOOL_MODEL_NAME
 from service.db import to_sqlalchemy_url
 from service.stack import LocalStack
 from tests.integration.helpers import (
@@ -22,7 +23,6 @@ from tests.integration.helpers import (
     wait_until,
 )
 from tests.tiny import TINY_HYPERPARAMETERS
-from workers.training.tiny_tool_model import TINY_TOOL_MODEL_NAME
 
 pytestmark = pytest.mark.integration
 

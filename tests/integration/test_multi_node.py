@@ -22,16 +22,16 @@ import httpx
 import pytest
 
 from service.stack import LocalStack
+from service.work_queue.queue import live_workers
 from tests.conftest import stack_of_its_own, tenant_client
 from tests.integration.helpers import all_pages, create_job, wait_for, wait_until
-from tests.integration.test_multi_rank import (
+from tests.integration.multi_rank_jobs import (
     NEEDS_DEEPSPEED,
     NUM_GENERATIONS,
     PROMPTS_PER_STEP,
     job_request,
 )
 from tests.processes import rank_pids, training_processes, wait_gone
-from workers.queue import live_workers
 
 pytestmark = pytest.mark.integration
 
@@ -115,15 +115,23 @@ def wait_for_adverts(stack: LocalStack, timeout_s: float = 120) -> None:
         time.sleep(0.2)
 
 
-def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completion_once(
+def test_a_two_node_job_pauses_resumes_updates_live_and_outlives_a_lost_node(
     nodes_stack: LocalStack, nodes_client: httpx.Client
 ) -> None:
-    """One job over both workers, through the lifecycle a user drives: a live config update
-    reaches both nodes' ranks at one step boundary, pause lets both nodes go, resume places it
-    on two again; every completion of every step is recorded once, by node 0."""
-    train_steps = 10
-    log_starts = {path.name: path.stat().st_size for path in nodes_stack.log_dir.glob("worker*.log")}
-    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=100)
+    """One job over both workers, through the lifecycle a user drives and a machine lost: a
+    live config update reaches both nodes' ranks at one step boundary, pause lets both nodes
+    go, resume places it on two again; then the worker running rank 1 is killed (a lost
+    machine): node 0 sees the node lost and stops its own ranks, the job goes back to the
+    queue and, once a replacement machine is up, resumes from its last checkpoint on two
+    workers. Every completion of every step is recorded once, by node 0."""
+    train_steps = 14
+    checkpoint_every = 2
+    worker_logs = list(nodes_stack.log_dir.glob("worker*.log"))
+    log_starts = {path.name: path.stat().st_size for path in worker_logs}
+    pids = {str(worker.pid) for worker in nodes_stack.workers}
+    job_id = start_two_node_job(
+        nodes_client, train_steps=train_steps, checkpoint_every=checkpoint_every
+    )
     wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 2, timeout_s=600)
     updated = nodes_client.put(
         f"/v1/jobs/{job_id}/config",
@@ -138,20 +146,40 @@ def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completio
     wait_gone(every_training_process(nodes_stack))  # both nodes let go
     paused_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
     assert nodes_client.post(f"/v1/jobs/{job_id}/resume").status_code == 200
+
+    # Losing a node: a checkpoint after the resume's, then node 1's machine dies.
+    wait_until(
+        nodes_client,
+        job_id,
+        lambda job: job["steps_completed"] >= paused_at + checkpoint_every + 1,
+        timeout_s=600,
+    )
+    node_1 = next(worker for worker in nodes_stack.workers if 1 in rank_pids(worker.pid))
+    launched = every_training_process(nodes_stack)
+    nodes_stack.kill_worker(node_1)
+    # Node 1's ranks die with their worker; node 0 sees the node lost and stops its own.
+    wait_gone(launched)
+    wait_for_event(nodes_client, job_id, "node_lost", timeout_s=300)
+    lost_at = nodes_client.get(f"/v1/jobs/{job_id}").json()["steps_completed"]
+    replacement = nodes_stack.start_worker()  # a new machine: the job is placed on two again
+    pids.add(str(replacement.pid))
     job = wait_for(nodes_client, job_id, timeout_s=900)
     assert job["status"] == "succeeded", job.get("failure_reason")
     assert (job["num_nodes"], job["num_devices"]) == (NODES, 1)
-    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
-    assert resumed[-1]["data"]["checkpoint_step"] == paused_at
+    resumed = [
+        e["data"]["checkpoint_step"] for e in events(nodes_client, job_id) if e["kind"] == "resumed"
+    ]
+    assert resumed[0] == paused_at
+    assert paused_at < resumed[-1] <= lost_at and resumed[-1] % checkpoint_every == 0, resumed
 
-    # Placed twice (the start, the resume), each time on two different workers, one node each.
+    # Placed three times (the start, the resume, after the lost node), each time on two
+    # different workers, one node each.
     placed = [e for e in events(nodes_client, job_id) if e["kind"] == "placed"]
-    assert len(placed) == 2
-    pids = {str(worker.pid) for worker in nodes_stack.workers}
+    assert len(placed) == 3
     for placement in placed:
         workers = placement["data"]["workers"]
         assert len(set(workers)) == NODES
-        assert {worker.split(":")[1] for worker in workers} == pids
+        assert {worker.split(":")[1] for worker in workers} <= pids
 
     steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
     assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
@@ -175,21 +203,17 @@ def test_a_two_node_job_pauses_resumes_and_updates_live_recording_each_completio
         logs = nodes_client.get(f"/v1/jobs/{job_id}/logs", params={"step": step}).json()
         output = logs["data"][0]["output"]
         assert "[rank 0]" in output and "[rank 1]" in output
-    # Each placement ran one rank under each worker (each worker's log says so, from where it
-    # stood before this job). Which worker holds rank 0 may differ between the start and the
-    # resume: the placement takes whichever worker answers first.
+    # Each placement ran one rank under each of two workers (the workers' logs say so, from
+    # where they stood before this job; the replacement's log is new). Which worker holds
+    # rank 0 may differ between placements: the placement takes whichever answers first.
     job_logs = {
         path.name: path.read_bytes()[log_starts.get(path.name, 0) :].decode(errors="replace")
         for path in nodes_stack.log_dir.glob("worker*.log")
     }
-    ranks_per_log = {
-        name: sorted(int(rank) for rank in re.findall(r"rank (\d) of 2", log))
-        for name, log in job_logs.items()
-    }
-    assert sorted(len(ranks) for ranks in ranks_per_log.values()) == [len(placed), len(placed)], (
-        ranks_per_log
+    ranks = sorted(
+        int(rank) for log in job_logs.values() for rank in re.findall(r"rank (\d) of 2", log)
     )
-    assert sorted(rank for ranks in ranks_per_log.values() for rank in ranks) == [0, 0, 1, 1]
+    assert ranks == [0] * len(placed) + [1] * len(placed), job_logs.keys()
     wait_gone(every_training_process(nodes_stack))
 
 
@@ -224,31 +248,6 @@ def test_cancel_stops_the_ranks_of_every_node(
     job = wait_for(nodes_client, job_id, timeout_s=300)
     assert job["status"] == "cancelled"
     wait_gone(launched)
-
-
-def test_losing_a_node_resumes_the_job_from_its_last_checkpoint(
-    nodes_stack: LocalStack, nodes_client: httpx.Client
-) -> None:
-    train_steps = 8
-    job_id = start_two_node_job(nodes_client, train_steps=train_steps, checkpoint_every=2)
-    wait_until(nodes_client, job_id, lambda job: job["steps_completed"] >= 3, timeout_s=600)
-    # The worker running rank 1 is node 1: kill it, as a lost machine.
-    node_1 = next(worker for worker in nodes_stack.workers if 1 in rank_pids(worker.pid))
-    launched = every_training_process(nodes_stack)
-    nodes_stack.kill_worker(node_1)
-    # Node 1's ranks die with their worker; node 0 sees the node lost and stops its own.
-    wait_gone(launched)
-    wait_for_event(nodes_client, job_id, "node_lost", timeout_s=300)
-    nodes_stack.start_worker()  # a replacement machine: the job is placed on two again
-    job = wait_for(nodes_client, job_id, timeout_s=900)
-    assert job["status"] == "succeeded", job.get("failure_reason")
-    kinds = [e["kind"] for e in events(nodes_client, job_id)]
-    assert kinds.count("placed") == 2
-    resumed = [e for e in events(nodes_client, job_id) if e["kind"] == "resumed"]
-    assert resumed and resumed[-1]["data"]["checkpoint_step"] >= 2
-    steps = nodes_client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
-    wait_gone(every_training_process(nodes_stack))
 
 
 def test_a_rank_failing_on_another_node_fails_the_job_with_that_nodes_reason(

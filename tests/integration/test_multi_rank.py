@@ -32,25 +32,31 @@ from tests.integration.helpers import (
     wait_for,
     wait_until,
 )
-from tests.layers import needs_module
-from tests.processes import rank_pids, training_processes, wait_gone
-from tests.tiny import TINY_HYPERPARAMETERS
-from workers.queue import live_workers
+from tests.integration.multi_rank_jobs import (
+    NEEDS_DEEPSPEED,
+    NUM_GENERATIONS,
+    PROMPTS_PER_STEP,
+    RANKS,
+    assert_devices_fixed,
+    assert_every_completion_once,
+    job_request,
+    optimizer_steps,
+    start_job,
+    wait_for_ranks,
+    wait_for_worker_capacity,
+    worker_logs,
+)
+from tests.processes import (
+    descendants,
+    is_spare_template,
+    parent_of,
+    rank_pids,
+    started_at,
+    training_processes,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.integration
-
-RANKS = 2
-PROMPTS_PER_STEP = 2
-NUM_GENERATIONS = 4
-# Prints so that every rank's logs must reach the record; slow enough to act mid-run.
-COUNTING_REWARD = (
-    "import time\n"
-    "def counting(prompts, completions, **kwargs):\n"
-    "    time.sleep(0.1)\n"
-    "    print(f'scored {len(completions)}')\n"
-    "    return [c.count('a') / max(1, len(c)) for c in completions]\n"
-)
-NEEDS_DEEPSPEED = needs_module("deepspeed", "the deepspeed extra")
 
 
 @pytest.fixture(scope="module")
@@ -79,53 +85,6 @@ def ranks_client(ranks_stack: LocalStack, ranks_key: str) -> Iterator[httpx.Clie
 def ranks_key(ranks_stack: LocalStack) -> str:
     """One tenant for the module: its tests read the module's shared DDP run."""
     return new_tenant_key(ranks_stack)
-
-
-def worker_logs(stack: LocalStack) -> str:
-    """Every worker's log: an earlier test may have replaced the first worker with another."""
-    return "".join(
-        path.read_text(errors="replace") for path in sorted(stack.log_dir.glob("worker*.log"))
-    )
-
-
-def job_request(
-    client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2, num_devices: int = RANKS
-) -> dict[str, Any]:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
-    return {
-        "dataset_id": dataset_id,
-        "num_devices": num_devices,
-        "reward_functions": {"counting": {"source": COUNTING_REWARD}},
-        "hyperparameters": {
-            **TINY_HYPERPARAMETERS,
-            "train_steps": train_steps,
-            "prompts_per_step": PROMPTS_PER_STEP,
-            "num_generations": NUM_GENERATIONS,
-            "checkpoint_every": checkpoint_every,
-        },
-    }
-
-
-def start_job(
-    client: httpx.Client, *, train_steps: int, checkpoint_every: int = 2, num_devices: int = RANKS
-) -> str:
-    request = job_request(
-        client,
-        train_steps=train_steps,
-        checkpoint_every=checkpoint_every,
-        num_devices=num_devices,
-    )
-    return str(create_job(client, request)["id"])
-
-
-def wait_for_ranks(root: int, timeout_s: float = 300) -> dict[int, int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ranks = rank_pids(root)
-        if len(ranks) == RANKS:
-            return ranks
-        time.sleep(0.2)
-    raise AssertionError(f"{RANKS} ranks did not start: {training_processes(root)}")
 
 
 def test_two_rank_job_records_every_completion_of_both_ranks_once(
@@ -289,30 +248,35 @@ def test_a_one_device_job_takes_the_warm_spare_not_torchrun(
     ranks_stack: LocalStack, ranks_client: httpx.Client
 ) -> None:
     worker = ranks_stack.workers[0].pid
-    wait_for_worker_capacity(ranks_stack)  # ready, so its spare has started
-    waiting = list(training_processes(worker, spares=True))
-    assert len(waiting) == 1  # the spare, started with the worker
+    wait_for_worker_capacity(ranks_stack)  # ready: its spare (or template) starts after the advert
+    # Waiting for the job: a spare (a new Python), or the template spares are forked from
+    # (RFT_SPARE_FORK), which forks the job's spare when the job comes.
+    deadline = time.monotonic() + 60
+    while not (
+        (waiting := list(training_processes(worker, spares=True)))
+        or (templates := [pid for pid in descendants(worker) if is_spare_template(pid)])
+    ):
+        assert time.monotonic() < deadline, "the worker started no spare"
+        time.sleep(0.2)
+    assert len(waiting) <= 1
     job_id = start_job(ranks_client, train_steps=200, checkpoint_every=100, num_devices=1)
     wait_until(ranks_client, job_id, lambda job: job["steps_completed"] >= 1, timeout_s=600)
     launched = training_processes(worker, spares=True)
     assert ranks_client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    # The job trains in the spare that was waiting (plus the next spare), no torchrun, no ranks.
-    assert waiting[0] in launched
+    # The job trains in a spare (plus the next spare), no torchrun, no ranks: the one that was
+    # waiting, or the first the template forked.
+    if waiting:
+        trained_in = waiting[0]
+    else:
+        forked = [pid for pid in launched if parent_of(pid) == templates[0]]
+        assert forked, launched
+        trained_in = min(forked, key=started_at)
+    assert trained_in in launched
     assert not any("torch.distributed.run" in command for command in launched.values())
     assert rank_pids(worker) == {}
     job = wait_for(ranks_client, job_id, timeout_s=300)
     assert (job["status"], job["num_devices"]) == ("cancelled", 1)
-    wait_gone(waiting)
-
-
-def wait_for_worker_capacity(stack: LocalStack, timeout_s: float = 120) -> None:
-    """Until the stack's one worker has advertised its devices (it does once it is ready) and
-    a worker killed by an earlier test no longer counts (its advert expires)."""
-    assert stack.redis_url
-    deadline = time.monotonic() + timeout_s
-    while [worker.devices for worker in live_workers(stack.redis_url)] != [RANKS]:
-        assert time.monotonic() < deadline, "the worker never advertised its devices alone"
-        time.sleep(0.2)
+    wait_gone([trained_in])
 
 
 @pytest.mark.parametrize(
@@ -414,20 +378,6 @@ def test_a_zero3_child_starts_from_a_one_rank_parent(
     assert steps[0]["kl"] == 0.0 and steps[1]["kl"] > 0, steps
 
 
-def assert_every_completion_once(client: httpx.Client, job_id: str, train_steps: int) -> None:
-    """Steps 1..train_steps each recorded once, each with the global batch's completions once
-    (every prompt and group position: not twice, as a re-run step or a second rank would)."""
-    steps = client.get(f"/v1/jobs/{job_id}/steps").json()["data"]
-    assert [s["step"] for s in steps] == list(range(1, train_steps + 1))
-    per_step: dict[int, list[tuple[int, int]]] = {}
-    for row in all_pages(client, f"/v1/jobs/{job_id}/completions"):
-        per_step.setdefault(row["step"], []).append((row["prompt_index"], row["group_position"]))
-    expected = sorted((p, g) for p in range(PROMPTS_PER_STEP) for g in range(NUM_GENERATIONS))
-    assert {step: sorted(pairs) for step, pairs in per_step.items()} == {
-        step: expected for step in range(1, train_steps + 1)
-    }
-
-
 # Scores a validation sample by its row's value: the set's mean is known exactly, and a row
 # scored twice (each rank evaluating everything) or not at all (one rank's share) moves it.
 ROW_VALUE = "def row_value(prompt, completion, example):\n    return float(example['value'])\n"
@@ -488,48 +438,6 @@ def test_a_two_rank_job_evaluates_the_whole_validation_set_once(
     # Both evaluations ran on the job's two ranks (rank 0 logs each).
     assert worker_logs(ranks_stack).count(evaluated) - evaluated_before == len(evals)
     assert_every_completion_once(ranks_client, job["id"], train_steps)
-
-
-def optimizer_steps(checkpoint: Path) -> dict[str, set[int]]:
-    """Each DeepSpeed optimizer shard of ``checkpoint`` (one per rank) -> the step counts its
-    optimizer state holds (Adam counts every step it took, per parameter group)."""
-    import torch  # only here: the test process needs it to read the shards, nothing else does
-
-    def counts(value: Any) -> set[int]:
-        if isinstance(value, dict):
-            found = {int(v) for k, v in value.items() if k == "step" and v is not None}
-            return found.union(*(counts(v) for k, v in value.items() if k != "step"))
-        if isinstance(value, list | tuple):
-            return set().union(*(counts(v) for v in value))
-        return set()
-
-    shards = sorted(checkpoint.glob("global_step*/*optim_states.pt"))
-    return {
-        shard.name: counts(torch.load(shard, map_location="cpu", weights_only=False))
-        for shard in shards
-    }
-
-
-def assert_devices_fixed(client: httpx.Client, job_id: str, engine: str) -> None:
-    """Nothing can give an existing job another world size: no endpoint takes num_devices or
-    engine (the config update refuses unknown fields)."""
-    for method in ("PATCH", "PUT"):
-        response = client.request(
-            method, f"/v1/jobs/{job_id}", json={"num_devices": 1, "engine": "ddp"}
-        )
-        assert response.status_code == 405, response.text
-    config = client.get(f"/v1/jobs/{job_id}/config")
-    for params in ({}, {"dry_run": "true"}):
-        response = client.put(
-            f"/v1/jobs/{job_id}/config",
-            params=params,
-            json={**config.json(), "num_devices": 1, "engine": "ddp"},
-            headers={"If-Match": config.headers["ETag"]},
-        )
-        assert response.status_code == 422, response.text
-        assert "num_devices" in response.text
-    job = client.get(f"/v1/jobs/{job_id}").json()
-    assert (job["num_devices"], job["engine"]) == (RANKS, engine)
 
 
 @NEEDS_DEEPSPEED

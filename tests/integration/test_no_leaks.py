@@ -10,8 +10,9 @@ from sqlalchemy import select
 
 from service.auth.service import authenticate, revoke_api_key
 from service.db import session_scope
-from service.jobs.service import cancel_job, get_job, transition
+from service.jobs.service import cancel_job, get_job
 from service.jobs.status import JobStatus
+from service.jobs.transitions import transition
 from service.models import Checkpoint
 from service.stack import LocalStack
 from tests.conftest import new_tenant_key, tenant_client

@@ -1,8 +1,12 @@
 """A whole reinforcement fine-tuning job driven by the official openai package, unmodified
 (``openai.OpenAI(base_url=<stack>/v1, api_key=<tenant key>)``): files -> a job with a python
-grader inside a multi grader -> events with metrics -> pause -> a live config update through
-the native API -> resume -> succeeded -> checkpoints -> chat with fine_tuned_model; and
-graders.run scores as our own /v1/reward-functions/test for the same samples."""
+grader inside a multi grader -> events with metrics -> succeeded -> checkpoints -> chat with
+fine_tuned_model; and graders.run scores as our own /v1/reward-functions/test for the same
+samples.
+
+Pause and resume through the openai client run on jobs a stand-in worker holds (no training:
+tests/held_jobs.py); that a real worker pauses, and that a config stored while a job is paused
+reaches its resumed run, is shown once end to end (tests/integration/test_faults.py)."""
 
 from __future__ import annotations
 
@@ -68,12 +72,6 @@ def jsonl(rows: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
-def wait_until_let_go(tenant: httpx.Client, job_id: str) -> None:
-    """The worker saved the pause checkpoint and let go: the native API reads ``paused``
-    (OpenAI's reads ``paused`` from the pause on; docs/openai-compat.md)."""
-    wait_until(tenant, job_id, lambda j: j["status"] == "paused", timeout_s=300)
-
-
 def test_a_whole_job_through_the_openai_client(
     stack: LocalStack, client: openai.OpenAI, tenant: httpx.Client
 ) -> None:
@@ -110,20 +108,6 @@ def test_a_whole_job_through_the_openai_client(
         assert ours["hyperparameters"][name] == value, name
     assert [j.id for j in client.fine_tuning.jobs.list(limit=5)] == [job.id]
 
-    # Pause after the first step; change the config live through the native API; resume.
-    wait_until(tenant, job.id, lambda j: j["steps_completed"] >= 1, timeout_s=600)
-    assert client.fine_tuning.jobs.pause(job.id).status == "paused"
-    assert tenant.get(f"/v1/jobs/{job.id}").json()["status"] in {"pausing", "paused"}
-    wait_until_let_go(tenant, job.id)
-    config = tenant.get(f"/v1/jobs/{job.id}/config")
-    document = config.json()
-    document["reward_functions"]["letter"]["weight"] = 2.0
-    updated = tenant.put(
-        f"/v1/jobs/{job.id}/config", json=document, headers={"If-Match": config.headers["ETag"]}
-    )
-    assert updated.status_code == 200, updated.text
-    assert client.fine_tuning.jobs.resume(job.id).status == "queued"
-
     finished = wait_until(
         tenant, job.id, lambda j: j["status"] in {"succeeded", "failed"}, timeout_s=900
     )
@@ -143,13 +127,12 @@ def test_a_whole_job_through_the_openai_client(
     assert last["errors"] == {"mentions": 0, "starts": 0}
     assert last["train_reward_mean"] is not None
     assert last["valid_reward_mean"] is not None  # step 8 is evaluated
-    assert last["config_version"] == 2  # the live update reached the resumed run
     statuses = [
         event.data["status"]  # type: ignore[index]
         for event in events
         if event.type == "message" and "status" in event.data  # type: ignore[operator]
     ]
-    assert {"queued", "running", "paused", "succeeded"} <= set(statuses)
+    assert {"queued", "running", "succeeded"} <= set(statuses)
     first_page = client.fine_tuning.jobs.list_events(job.id, limit=3)
     assert len(first_page.data) == 3 and first_page.has_more
     second_page = client.fine_tuning.jobs.list_events(job.id, limit=3, after=first_page.data[-1].id)
@@ -245,7 +228,8 @@ def test_pause_then_resume_or_cancel_never_leaves_the_job_stuck(
 ) -> None:
     """OpenAI has no "pausing": a job reads "paused" from the pause on. Code written for OpenAI
     that resumes (or cancels) it, at once or once it reads paused, is never refused. On jobs a
-    stand-in worker holds (tests/held_jobs.py); the whole-job test above pauses a real one."""
+    stand-in worker holds (tests/held_jobs.py); a real one pauses in
+    tests/integration/test_faults.py."""
     job_id = held_job(tenant_key)
     # Pause, and resume before the worker let go: no 409 (the pause is called off).
     assert client.fine_tuning.jobs.pause(job_id).status == "paused"
@@ -256,6 +240,9 @@ def test_pause_then_resume_or_cancel_never_leaves_the_job_stuck(
     assert client.fine_tuning.jobs.pause(job_id).status == "paused"
     let_go(job_id)
     assert client.fine_tuning.jobs.retrieve(job_id).status == "paused"
+    events = client.fine_tuning.jobs.list_events(job_id, limit=100).data
+    statuses = [e.data["status"] for e in events if e.data and "status" in e.data]  # type: ignore[index,operator]
+    assert statuses[:2] == ["paused", "pausing"]  # newest first: the worker let go
     assert client.fine_tuning.jobs.resume(job_id).status == "queued"
     assert client.fine_tuning.jobs.cancel(job_id).status == "cancelled"
 

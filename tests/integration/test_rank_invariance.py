@@ -18,7 +18,7 @@ import pytest
 from service.stack import LocalStack
 from tests.integration import test_multi_rank
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
-from tests.integration.test_multi_rank import NUM_GENERATIONS, PROMPTS_PER_STEP, RANKS, job_request
+from tests.integration.multi_rank_jobs import NUM_GENERATIONS, PROMPTS_PER_STEP, RANKS, job_request
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
+from service.base_models.built_in.tiny_reward_model import (
+    TINY_REWARD_MODEL_NAME,
+    tiny_reward_model_dir,
+)
 from service.demo import demo_dataset
 from service.stack import LocalStack
 from tests.conftest import tenant_client
 from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
-from workers.training.tiny_reward_model import TINY_REWARD_MODEL_NAME, tiny_reward_model_dir
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from service.auth.repository import AuthRepository
 from service.auth.service import hash_api_key
@@ -47,6 +48,17 @@ COUNTS_YES_V2 = (
     "    return completion.split().count('yes') / 4\n"
 )
 HOSTILE = '<script>window.reportPwned = 1</script><img src=x onerror="window.reportPwned = 2">'
+TOOL_ANSWER = "<b>the table says</b> yes"
+# An agent's rollout as the worker records it: a tool call, its result, the final answer.
+AGENT_ROLLOUT: list[dict[str, Any]] = [
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"name": "lookup", "arguments": {"key": "q"}}],
+    },
+    {"role": "tool", "name": "lookup", "content": TOOL_ANSWER, "duration_s": 0.02},
+    {"role": "assistant", "content": " yes"},
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,8 @@ def _completions(step: int) -> list[CompletionRecord]:
     else:  # gamed: the word over and over (never two alike: no group agreement)
         texts = [" yes" * (6 + i) for i in range(4)]
     scores = [texts[i].split().count("yes") / 4 for i in range(4)]
+    # Before the gaming the first answer came from a tool, as an agent's rollout does.
+    trajectories = [AGENT_ROLLOUT if step < 4 else None, None, None, None]
     return [
         CompletionRecord(
             prompt_index=i // 2,
@@ -74,6 +88,7 @@ def _completions(step: int) -> list[CompletionRecord]:
             total=score,
             advantage=0.0,
             token_count=len(text.split()) + 1,
+            trajectory=trajectories[i],
         )
         for i, (text, score) in enumerate(zip(texts, scores, strict=True))
     ]

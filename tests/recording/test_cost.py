@@ -14,8 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.jobs import ownership
-from service.jobs.ownership import HeldBy
 from service.jobs.service import pause_job, resume_job
+from service.leases import HeldBy
 from service.models import GpuUsage, Job, Step, Throughput
 from service.usage.service import eta_seconds
 from tests.recording.steps import step_record

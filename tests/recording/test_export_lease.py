@@ -11,11 +11,11 @@ from sqlalchemy.orm import Session
 from service.db import AFTER_COMMIT_KEY, session_scope
 from service.exports import ownership
 from service.exports.status import MAX_ATTEMPTS
-from service.jobs.ownership import ExpiredLease, HeldBy
+from service.leases import ExpiredLease, HeldBy
 from service.models import Export, new_id
 from service.secrets import seal
 from service.settings import get_settings
-from workers.lease import LostWorkerReaper
+from workers.lease import EXPORTS, LostWorkerReaper
 
 
 def new_export(session: Session, job_id: str, **fields: object) -> Export:
@@ -87,9 +87,9 @@ def test_the_reaper_finds_an_export_whose_heartbeat_stood_still(job_id: str) -> 
         )
         export_id = export.id
     reaper = LostWorkerReaper(lease_s=30, queued_resend_after_s=120)
-    assert reaper._requeue_lost_exports(now=1000.0) == []
-    assert reaper._requeue_lost_exports(now=1029.0) == []
-    assert reaper._requeue_lost_exports(now=1031.0) == [export_id]
+    assert reaper.requeue_lost(EXPORTS, now=1000.0) == []
+    assert reaper.requeue_lost(EXPORTS, now=1029.0) == []
+    assert reaper.requeue_lost(EXPORTS, now=1031.0) == [export_id]
     with session_scope() as session:
         lost = session.get(Export, export_id)
         assert lost is not None and lost.status == "failed"

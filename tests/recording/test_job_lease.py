@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from service.db import AFTER_COMMIT_KEY
 from service.errors import IllegalTransition
 from service.jobs import ownership
-from service.jobs.ownership import ExpiredLease, HeldBy
 from service.jobs.service import cancel_job, pause_job, resume_job
+from service.leases import ExpiredLease, HeldBy
 from service.models import Checkpoint, Job, JobEvent
 
 

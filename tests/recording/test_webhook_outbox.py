@@ -11,8 +11,9 @@ from sqlalchemy import select
 from service.db import session_scope
 from service.jobs import ownership
 from service.jobs.guard_settings import GUARD_NAMES
-from service.jobs.service import transition
 from service.jobs.status import JobStatus
+from service.jobs.transitions import transition
+from service.leases import HeldBy
 from service.models import Job, WebhookDelivery, WebhookEndpoint, new_id
 from service.webhooks.repository import WebhookRepository
 from workers.database_observer import store_guard_trip
@@ -42,7 +43,7 @@ def test_a_guard_trip_and_the_pause_it_asks_for_write_their_events(job_id: str) 
     )
     store_guard_trip(job_id, trip, WORKER)
     with session_scope() as session:
-        ownership.release(session, job_id, ownership.HeldBy(WORKER))
+        ownership.release(session, job_id, HeldBy(WORKER))
     with session_scope() as session:
         paused = session.get(Job, job_id, with_for_update=True)
         assert paused is not None and paused.status == JobStatus.PAUSED.value

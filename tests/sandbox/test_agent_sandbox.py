@@ -7,115 +7,35 @@ sandbox is shared by a module, so each test also shows it keeps working after th
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
 import socket
-import textwrap
-from collections.abc import Iterator
 
 import pytest
 
 from sandbox.agent_api import (
     AgentCodeError,
-    AgentLimits,
     EnvironmentSpec,
     ToolCall,
     ToolErrorKind,
-    ToolOutcome,
     ToolParameter,
     ToolSpec,
 )
 from sandbox.agent_host import ProcessAgentSandbox
-from sandbox.isolation import detect_isolation
-from sandbox.settings import SandboxSettings
-from tests.layers import needs_layer
-
-BWRAP = detect_isolation()
-NEEDS_BWRAP = needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")
-MODES = ["none", pytest.param("bwrap", marks=NEEDS_BWRAP)]
-TOOL_TIMEOUT_S = 0.5
-JOB_TOKEN = "job-token-value"
-
-
-def settings_for(mode: str, **overrides: object) -> SandboxSettings:
-    values: dict[str, object] = {
-        "isolation": mode,
-        "memory_limit_mb": 256,
-        "kill_grace_s": 0.3,
-        "call_timeout_s": 5.0,
-        "env": {"JOB_TOKEN": JOB_TOKEN},
-    }
-    return SandboxSettings(**(values | overrides))  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module", params=MODES)
-def sandbox(request: pytest.FixtureRequest) -> Iterator[ProcessAgentSandbox]:
-    os.environ["RFT_TEST_WORKER_SECRET"] = "worker-secret-value"
-    limits = AgentLimits(tool_timeout_s=TOOL_TIMEOUT_S, log_limit=200)
-    with ProcessAgentSandbox(settings_for(request.param), limits) as running:
-        yield running
-
-
-def tool(name: str, source: str) -> ToolSpec:
-    return ToolSpec(name=name, source=textwrap.dedent(source))
-
-
-def environment(name: str, source: str, class_name: str) -> EnvironmentSpec:
-    return EnvironmentSpec(name=name, source=textwrap.dedent(source), class_name=class_name)
-
-
-COUNTER = environment(
-    "counter",
-    """
-    class Counter:
-        \"\"\"A number the model can bump.\"\"\"
-
-        def reset(self, start=0):
-            self.value = start
-            self.history = []
-            return f"the counter starts at {start}"
-
-        def bump(self, by: int = 1) -> int:
-            self.value += by
-            self.history.append(by)
-            return self.value
-
-        def history_so_far(self) -> list:
-            return self.history
-
-        def get_reward(self):
-            return self.value
-    """,
-    "Counter",
-)
-ECHO = tool(
-    "echo",
-    """
-    def echo(text: str) -> str:
-        return text
-    """,
+from tests.sandbox.agent_sandboxes import (
+    COUNTER,
+    ECHO,
+    JOB_TOKEN,
+    MODES,
+    NEEDS_BWRAP,
+    assert_still_works,
+    environment,
+    ok,
+    open_agent_sandbox,
+    settings_for,
+    tool,
+    tool_time_limit,
 )
 
-
-def ok(outcome: ToolOutcome) -> object:
-    assert outcome.error is None, outcome.error
-    return outcome.result
-
-
-@contextlib.contextmanager
-def tool_time_limit(sandbox: ProcessAgentSandbox, seconds: float) -> Iterator[None]:
-    """The module's sandbox with another per-call limit, for one test."""
-    before = sandbox.limits
-    sandbox.limits = dataclasses.replace(before, tool_timeout_s=seconds)
-    try:
-        yield
-    finally:
-        sandbox.limits = before
-
-
-def assert_still_works(sandbox: ProcessAgentSandbox) -> None:
-    assert ok(sandbox.call([ToolCall("echo", {"text": "still here"})])[0]) == "still here"
+sandbox = pytest.fixture(scope="module", params=MODES)(open_agent_sandbox)
 
 
 # -- loading and describing ---------------------------------------------------------------
@@ -390,148 +310,6 @@ def test_rewards_must_be_finite_numbers(sandbox: ProcessAgentSandbox) -> None:
     assert outcomes[6].error.kind is ToolErrorKind.ENVIRONMENT_LOST
 
 
-# -- faults are typed outcomes ------------------------------------------------------------
-
-FAULTS = [
-    ECHO,
-    tool(
-        "fails",
-        """
-        def helper():
-            raise KeyError("the key " + "is missing")
-
-        def fails(x: int) -> int:
-            print("about to fail")
-            return helper()
-        """,
-    ),
-    tool("not_json", "def not_json():\n    return {1, 2}\n"),
-    tool("nan", "def nan():\n    return float('nan')\n"),
-    # Each prints when it starts and, were it not stopped, when it ends: a call cut off at
-    # its limit reports the first line only (the log is closed when the outcome is made).
-    tool(
-        "sleepy",
-        "import time\ndef sleepy():\n    print('started')\n    time.sleep(3)\n    print('ended')\n",
-    ),
-    tool("spins", "def spins():\n    print('started')\n    while True:\n        pass\n"),
-    tool(
-        "waits",
-        "import asyncio\nasync def waits():\n    print('started')\n    await asyncio.sleep(3)\n"
-        "    print('ended')\n",
-    ),
-    tool(
-        "blocks_loop",
-        "import time\nasync def blocks_loop():\n    print('started')\n    time.sleep(3)\n"
-        "    print('ended')\n",
-    ),
-    tool("exits", "import os\ndef exits():\n    os._exit(3)\n"),
-    tool(
-        "self_kill",
-        "import os, signal\ndef self_kill():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
-    ),
-    tool(
-        "hog",
-        "def hog():\n    blocks = []\n"
-        "    while True:\n        blocks.append(bytearray(50 << 20))\n",
-    ),
-    tool(
-        "hangs",
-        """
-        import signal, time
-        async def hangs():
-            # Even the watchdog's signal is blocked: only the parent's deadline ends this.
-            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
-            time.sleep(30)
-        """,
-    ),
-]
-
-
-def test_user_faults_are_typed_outcomes(sandbox: ProcessAgentSandbox) -> None:
-    sandbox.load(FAULTS, [COUNTER])
-    outcomes = sandbox.call(
-        [
-            ToolCall("fails", {"x": 1}),
-            ToolCall("not_json", {}),
-            ToolCall("nan", {}),
-            ToolCall("fails", {"y": 1}),
-            ToolCall("fails", {}),
-            ToolCall("missing", {}),
-            ToolCall("echo", {"text": "fine"}),
-        ]
-    )
-    raised, not_json, nan, wrong_name, no_argument, unknown, fine = outcomes
-    assert raised.error is not None and raised.error.kind is ToolErrorKind.EXCEPTION
-    assert raised.error.message == "KeyError: 'the key is missing'"
-    trace = raised.error.traceback or ""
-    assert "helper()" in trace and "agent_child" not in trace and "threading" not in trace
-    assert raised.logs == "about to fail\n"
-    assert not_json.error is not None and not_json.error.kind is ToolErrorKind.NOT_SERIALIZABLE
-    assert nan.error is not None and nan.error.kind is ToolErrorKind.NOT_SERIALIZABLE
-    for bad in (wrong_name, no_argument):
-        assert bad.error is not None and bad.error.kind is ToolErrorKind.BAD_ARGUMENTS
-    assert "fails(x: int) -> int" in (no_argument.error.message if no_argument.error else "")
-    assert unknown.error is not None and unknown.error.kind is ToolErrorKind.UNKNOWN_TOOL
-    assert ok(fine) == "fine"
-
-
-@pytest.mark.parametrize("name", ["sleepy", "spins", "waits", "blocks_loop"])
-def test_a_tool_over_its_time_limit_times_out_and_the_job_goes_on(
-    sandbox: ProcessAgentSandbox, name: str
-) -> None:
-    sandbox.load(FAULTS, [COUNTER])
-    rollout = sandbox.open_rollouts("counter", [{"start": 1}])[0].rollout
-    timed_out, beside = sandbox.call([ToolCall(name, {}), ToolCall("bump", {}, rollout)])
-    assert timed_out.error is not None and timed_out.error.kind is ToolErrorKind.TIMEOUT
-    # Cut off at its own limit, before its end; not by the parent's hard deadline (that kills
-    # the process: the rollout below would be lost).
-    assert timed_out.logs == "started\n"
-    assert ok(beside) == 2
-    # No restart: the rollout's state is still there.
-    assert ok(sandbox.call([ToolCall("bump", {}, rollout)])[0]) == 3
-    assert_still_works(sandbox)
-
-
-@pytest.mark.parametrize(("name", "kind"), [("exits", "killed"), ("self_kill", "killed")])
-def test_a_tool_that_kills_its_process_loses_only_the_rollouts(
-    sandbox: ProcessAgentSandbox, name: str, kind: str
-) -> None:
-    sandbox.load(FAULTS, [COUNTER])
-    rollout = sandbox.open_rollouts("counter", [{"start": 1}])[0].rollout
-    killed, in_flight = sandbox.call([ToolCall(name, {}), ToolCall("bump", {}, rollout)])
-    assert killed.error is not None and killed.error.kind == kind
-    assert in_flight.error is not None and in_flight.error.kind == kind
-    later, lost = sandbox.call([ToolCall("echo", {"text": "back"}), ToolCall("bump", {}, rollout)])
-    assert ok(later) == "back"
-    assert lost.error is not None and lost.error.kind is ToolErrorKind.ENVIRONMENT_LOST
-    fresh = sandbox.open_rollouts("counter", [{"start": 5}])[0].rollout
-    assert ok(sandbox.call([ToolCall("bump", {}, fresh)])[0]) == 6
-
-
-def test_a_memory_hog_costs_only_its_call(sandbox: ProcessAgentSandbox) -> None:
-    sandbox.load(FAULTS, [])
-    # Room to reach the memory limit on a loaded host: at the module's 0.5 s it once timed out.
-    with tool_time_limit(sandbox, 30):
-        outcome = sandbox.call([ToolCall("hog", {})])[0]
-    assert outcome.error is not None
-    # RLIMIT_AS raises MemoryError; a cgroup's OOM kill would end the process instead.
-    assert outcome.error.kind in (ToolErrorKind.EXCEPTION, ToolErrorKind.KILLED)
-    assert_still_works(sandbox)
-
-
-def test_a_process_that_stops_answering_is_killed_at_the_hard_deadline(
-    sandbox: ProcessAgentSandbox,
-) -> None:
-    sandbox.load(FAULTS, [])
-    # Left alone it would return None after 30 s: a timeout is the hard deadline's doing.
-    outcome = sandbox.call([ToolCall("hangs", {})])[0]
-    assert outcome.error is not None and outcome.error.kind is ToolErrorKind.TIMEOUT
-    assert_still_works(sandbox)
-
-
-# -- concurrency --------------------------------------------------------------------------
-
-
 def test_calls_run_concurrently(sandbox: ProcessAgentSandbox) -> None:
     # Each call waits at a barrier for all 16 of its kind: it returns only if all 16 were in
     # flight at once (one after another, the first would wait out the barrier's timeout and
@@ -684,18 +462,6 @@ def test_output_of_subprocesses_reaches_a_lone_calls_logs(sandbox: ProcessAgentS
     )
     outcome = sandbox.call([ToolCall("shell", {})])[0]
     assert ok(outcome) == 0 and outcome.logs == "from a child\n"
-
-
-def test_too_many_stuck_threads_replace_the_process(sandbox: ProcessAgentSandbox) -> None:
-    sandbox.load(FAULTS, [COUNTER])
-    rollout = sandbox.open_rollouts("counter", [{"start": 1}])[0].rollout
-    # time.sleep cannot be interrupted: every timed-out call leaves its thread behind, and
-    # once half the threads are stuck the process is replaced rather than starved.
-    outcomes = sandbox.call([ToolCall("sleepy", {}) for _ in range(16)])
-    assert all(o.error is not None and o.error.kind is ToolErrorKind.TIMEOUT for o in outcomes)
-    lost = sandbox.call([ToolCall("bump", {}, rollout)])[0]
-    assert lost.error is not None and lost.error.kind is ToolErrorKind.ENVIRONMENT_LOST
-    assert_still_works(sandbox)
 
 
 def test_callers_on_several_threads_take_turns(sandbox: ProcessAgentSandbox) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox.agent_api import ToolCall, ToolErrorKind, ToolSpec
-from sandbox.agent_code_rules import check_loaded_code
 from sandbox.agent_host import ProcessAgentSandbox
+from sandbox.child.agent_code_rules import check_loaded_code
 from sandbox.http_tools import (
     HttpTool,
     HttpToolProblem,

@@ -19,7 +19,7 @@ import pytest
 # Submodules, not the package: under pytest the tests/sandbox folder can shadow the name.
 from sandbox.api import FunctionResult, RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from tests.layers import needs_layer
 
@@ -260,7 +260,7 @@ def test_no_shadow_and_no_host_files(sandbox: ProcessSandbox) -> None:
 
 
 def test_no_writes_outside_tmp(sandbox: ProcessSandbox) -> None:
-    before = (REPO / "sandbox" / "child.py").read_bytes()
+    before = (REPO / "sandbox" / "child" / "runtime.py").read_bytes()
     result = attack(
         sandbox,
         """
@@ -268,14 +268,15 @@ def test_no_writes_outside_tmp(sandbox: ProcessSandbox) -> None:
         def attack(p, c, example):
             written = []
             for path in ["/etc/rft-owned", "/usr/lib/rft-owned", "/opt/python/rft-owned",
-                         "/opt/rft/child.py", "/rft-owned", example["repo_file"]]:
+                         "/opt/rft/child/runtime.py", "/opt/rft/child/rft-owned", "/rft-owned",
+                         example["repo_file"]]:
                 try:
                     with open(path, "a") as handle:
                         handle.write("owned")
                     written.append(path)
                 except OSError:
                     pass
-            for target in ["/usr/lib", "/opt/rft/child.py", "/"]:
+            for target in ["/usr/lib", "/opt/rft/child", "/"]:
                 remount = subprocess.run(["mount", "-o", "remount,rw", target], capture_output=True)
                 if remount.returncode == 0:
                     written.append("remount " + target)
@@ -284,10 +285,10 @@ def test_no_writes_outside_tmp(sandbox: ProcessSandbox) -> None:
             print(written)
             return float(len(written))
         """,
-        repo_file=str(REPO / "sandbox" / "child.py"),
+        repo_file=str(REPO / "sandbox" / "child" / "runtime.py"),
     )
     assert only_score(result) == 0.0, result.logs
-    assert (REPO / "sandbox" / "child.py").read_bytes() == before
+    assert (REPO / "sandbox" / "child" / "runtime.py").read_bytes() == before
     assert not Path("/etc/rft-owned").exists() and not Path("/usr/lib/rft-owned").exists()
 
 

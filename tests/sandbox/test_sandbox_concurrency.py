@@ -14,7 +14,7 @@ import pytest
 
 from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from tests.layers import needs_layer, skip_busy_host
 

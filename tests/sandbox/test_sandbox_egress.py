@@ -25,11 +25,11 @@ from sandbox.agent_api import ToolCall, ToolSpec
 from sandbox.agent_host import ProcessAgentSandbox
 from sandbox.api import RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
+from sandbox.runtime_packages import install_runtime_packages
 from sandbox.settings import SandboxSettings
 from tests.layers import needs_layer
 from tests.public_network import ECHO_PORT, GREETING, PublicHost
-from workers.runtime_packages import install_runtime_packages
 
 BWRAP = detect_isolation()
 pytestmark = needs_layer(BWRAP, f"bubblewrap is not usable here: {BWRAP.reason}")

@@ -22,7 +22,7 @@ import pytest
 from sandbox import cgroups
 from sandbox.api import FunctionResult, RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import SandboxUnavailableError, detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.seccomp import ARCHITECTURES
 from sandbox.settings import CgroupMode, Isolation, SandboxSettings
 from tests.layers import needs_layer, skip_missing_layer
@@ -253,7 +253,7 @@ def probe_syscalls(settings: SandboxSettings) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def unfiltered() -> dict[str, int]:
     """The probes in a plain child process as root: no seccomp filter, every capability."""
-    logging.getLogger("sandbox.process").setLevel(logging.ERROR)  # the 'none' warning
+    logging.getLogger("sandbox.worker_process").setLevel(logging.ERROR)  # the 'none' warning
     return probe_syscalls(SandboxSettings(isolation="none", call_timeout_s=60))
 
 

@@ -16,7 +16,7 @@ import pytest
 # Submodules, not the package: under pytest the tests/sandbox folder can shadow the name.
 from sandbox.api import RewardCodeError, RewardErrorKind, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import SandboxUnavailableError, detect_isolation
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from tests.layers import needs_layer
 

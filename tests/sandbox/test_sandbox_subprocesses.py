@@ -2,7 +2,7 @@
 interpreter with the job's packages, inside the same sandbox and limits as the code itself.
 
 Code-execution rewards (run the dataset's tests on the completion with `python -m pytest`)
-depend on it; tests/code_rewards.py holds the one README shows.
+depend on it; tests/code_rewards.py holds the one docs/guides/code-execution.md shows.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.isolation import detect_isolation, plan_launch
-from sandbox.process import ProcessSandbox
+from sandbox.reward_host import ProcessSandbox
+from sandbox.runtime_packages import install_runtime_packages
 from sandbox.settings import Isolation, SandboxSettings
 from tests.code_rewards import PASSES_TESTS, RIGHT, TESTS, WRONG
 from tests.layers import needs_layer
-from workers.runtime_packages import install_runtime_packages
 
 BWRAP = detect_isolation()
 NEEDS_BWRAP = needs_layer(BWRAP, f"bubblewrap unusable: {BWRAP.reason}")

@@ -18,7 +18,7 @@ from types import ModuleType
 
 from transformers.utils import get_json_schema
 
-from workers.training.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
+from service.base_models.built_in.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

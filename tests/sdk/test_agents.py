@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import rft
 from rft.cli import app as cli_app
+from rft.cli import context as cli_context
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
 from rft.cli.summaries import trajectory_lines
 from tests.sdk.agent_records import COMPLETION, STEP
@@ -431,7 +432,7 @@ def test_completions_show_prints_the_trajectory(
         http_client = httpx.Client(transport=httpx.MockTransport(server))
         return rft.Client(api_key="k", base_url="http://rft.test", http_client=http_client)
 
-    monkeypatch.setattr(cli_app, "Client", mocked_client)
+    monkeypatch.setattr(cli_context, "Client", mocked_client)
     result = CliRunner().invoke(
         cli_app.app,
         ["completions", "show", "job_1", "--step", "2", "--count", "1"],

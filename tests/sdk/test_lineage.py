@@ -1,5 +1,5 @@
-"""The README's two-stage run through the SDK: stage 1 rewards the format, stage 2 continues
-from stage 1's adapter with a correctness reward (README, "Train in stages")."""
+"""The docs' two-stage run through the SDK: stage 1 rewards the format, stage 2 continues
+from stage 1's adapter with a correctness reward (docs/guides/sft-and-stages.md)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
-from sandbox.process import create_sandbox
+from sandbox.reward_host import create_sandbox
 from sandbox.settings import SandboxSettings
 from service.demo import demo_rewards_source
 from service.jobs.hyperparameters import Hyperparameters

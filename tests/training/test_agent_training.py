@@ -1,9 +1,10 @@
 """GRPO with tools and environments: TRL's tool-calling loop, the user's code in the real
-sandbox, the tiny tool-calling model (workers.training.tiny_tool_model)."""
+sandbox, the tiny tool-calling model (service.base_models.built_in.tiny_tool_model)."""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +14,18 @@ from sandbox.agent_api import AgentLimits, EnvironmentSpec, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
 from sandbox.api import RewardFunctionSpec
 from sandbox.settings import SandboxSettings
-from service.jobs.hyperparameters import Hyperparameters
-from tests.tiny import TINY_HYPERPARAMETERS
-from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
     lookup_dataset,
 )
+from service.jobs.hyperparameters import Hyperparameters
+from tests.conftest import built_in_models_reused
+from tests.tiny import TINY_HYPERPARAMETERS
+from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
+from workers.training.step_records import RewardConfig
 
 from .harness import RecordingObserver, reward_sandbox
 
@@ -134,10 +136,12 @@ def tool_messages(trajectory: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def tool_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tool_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The tool-calling model's own cache: the shared one holds only rft-tiny (a test of the
-    tiny model checks that)."""
-    return tmp_path_factory.mktemp("tool-models")
+    tiny model checks that). It starts with the model an earlier session kept (built here
+    only when none was: tests/conftest.py)."""
+    with built_in_models_reused(tmp_path_factory.mktemp("tool-models")) as cache:
+        yield cache
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from workers.export import Progress, run_merge
 from workers.failures import ExportFailure
 from workers.training.merge import merge_adapter
-from workers.training.tiny_model import ensure_tiny_model
 
 PROMPTS = ["Write about cats:", "<|im_start|>user\nSay a word<|im_end|>\n"]
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.demo import demo_dataset
 from service.jobs.hyperparameters import Hyperparameters
 from tests.tiny import TINY_HYPERPARAMETERS
@@ -19,7 +20,6 @@ from workers.failures import TrainingOptionUnavailable
 from workers.training import model_options
 from workers.training.grpo import TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
-from workers.training.tiny_model import resolve_base_model
 
 from .harness import RecordingObserver, letter_config, reward_sandbox
 

@@ -28,7 +28,7 @@ def run_rank_of(
         opened.append("reward")
         return type("Sandbox", (), {"close": lambda self: None})()
 
-    def trained(*args: Any) -> TrainingOutcome:
+    def trained(*args: Any, **kwargs: Any) -> TrainingOutcome:
         return TrainingOutcome(steps_completed=1, stop_reason=None, adapter_path=tmp_path)
 
     monkeypatch.setattr(rank_process, "_open_sandbox", open_sandbox)

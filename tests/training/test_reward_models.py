@@ -12,16 +12,16 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from sandbox.api import RewardCodeError, RewardFunctionSpec, RewardSandbox
-from workers.training.model_building import directory_digest
-from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
-from workers.training.reward_models import RewardModelScorer
-from workers.training.step_records import RewardConfig, RewardModelSpec
-from workers.training.tiny_model import ensure_tiny_model
-from workers.training.tiny_reward_model import (
+from service.base_models.built_in.model_building import directory_digest
+from service.base_models.built_in.tiny_model import ensure_tiny_model
+from service.base_models.built_in.tiny_reward_model import (
     TINY_REWARD_MODEL_NAME,
     ensure_tiny_reward_model,
     resolve_reward_model,
 )
+from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
+from workers.training.reward_models import RewardModelScorer
+from workers.training.step_records import RewardConfig, RewardModelSpec
 
 PLAIN_PROMPTS = ["Write a word about banana:", "Say something about a cat:"] * 3
 CHAT_PROMPTS = [[{"role": "user", "content": prompt}] for prompt in PLAIN_PROMPTS]

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.grpo import ADAPTER_DIRNAME
 from workers.training.sft import run_sft
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_records import RewardConfig
+from workers.training.trainer_common import ADAPTER_DIRNAME
 
 from .harness import RecordingObserver
 

@@ -1,4 +1,4 @@
-"""The warm spare training process (workers.training.rank_process --spare): what it prepares
+"""The warm spare training process (workers.training.spare): what it prepares
 before a job comes must change nothing a job sees, and it leaves nothing running."""
 
 from __future__ import annotations
@@ -22,25 +22,20 @@ import pytest
 from sandbox.api import RewardFunctionSpec, ScoringBatch
 from tests.layers import skip_missing_layer
 from tests.processes import alive, descendants
-from workers.job_sandbox import JobSandbox
-from workers.training.rank_process import (
-    JOB_FILE,
-    SPARE_READY,
-    WORKER_SOCKET,
-    RankJob,
+from workers.job_sandbox import JobRewardSandbox
+from workers.training.rank_process import JOB_FILE, WORKER_SOCKET, RankJob, _open_sandbox
+from workers.training.spare import SPARE_READY, _start_sandbox_ahead, starved
+from workers.training.spec import TrainingSpec
+from workers.training.step_records import StepRecord
+from workers.training.thread_priority import (
     ThreadPriority,
-    _may_raise_priority,
-    _open_sandbox,
-    _start_sandbox_ahead,
     can_lower_threads,
     lowered_threads,
     lowest_priority,
+    may_raise_priority,
     raise_lowered_threads,
-    starved,
     thread_priorities,
 )
-from workers.training.spec import TrainingSpec
-from workers.training.step_records import StepRecord
 
 from .harness import RecordingObserver
 
@@ -63,7 +58,7 @@ def rank_job(spec: TrainingSpec, secrets: dict[str, str] | None = None) -> RankJ
     )
 
 
-def score_one(sandbox: JobSandbox) -> float | None:
+def score_one(sandbox: JobRewardSandbox) -> float | None:
     batch = ScoringBatch(prompts=["p"], completions=["c"], examples=[{"prompt": "p"}])
     result = sandbox.score(batch)[SECRET_LENGTH.name]
     assert not result.errors, result.errors
@@ -107,7 +102,7 @@ def test_the_spare_warms_up_without_touching_the_random_state_and_leaves_nothing
     # The warm-up runs torch ops; a job trains from the random state a fresh process has.
     probe = (
         "import sys, gc, torch\n"
-        "from workers.training import rank_process as rp\n"
+        "from workers.training import spare as rp\n"
         "rp._warm_imports()\n"
         "state = torch.random.get_rng_state().clone()\n"
         "rp._warm_first_job()\n"
@@ -128,7 +123,7 @@ def test_the_spare_warms_up_without_touching_the_random_state_and_leaves_nothing
     log = tmp_path / "spare.log"
     with open(log, "wb") as stderr:
         spare = subprocess.Popen(
-            [sys.executable, "-m", "workers.training.rank_process", "--spare"],
+            [sys.executable, "-m", "workers.training.spare"],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
             stderr=stderr,
@@ -169,8 +164,8 @@ FRESH_PROCESS = "starting the job in a fresh process"
 def spare_command(privileged: bool) -> list[str]:
     if not can_lower_threads():
         skip_missing_layer("per-thread priorities are Linux's")
-    command = [sys.executable, "-m", "workers.training.rank_process", "--spare"]
-    if privileged == _may_raise_priority():
+    command = [sys.executable, "-m", "workers.training.spare"]
+    if privileged == may_raise_priority():
         return command
     if privileged or os.geteuid() != 0 or shutil.which("setpriv") is None:
         skip_missing_layer("needs root (with CAP_SYS_NICE) and setpriv")
@@ -186,7 +181,8 @@ def spare_process(command: list[str], log: Path) -> Iterator[subprocess.Popen[by
             stdin=subprocess.PIPE,
             stderr=stderr,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
-            process_group=0,  # in this session, as the worker starts it (launch.start_spare)
+            # In this session, as the worker starts it (launch.WarmProcesses.start_spare).
+            process_group=0,
         )
     try:
         yield spare
@@ -299,8 +295,8 @@ def test_a_job_that_comes_during_the_warm_up_trains_at_the_workers_priority(
     log = tmp_path / "spare.log"
     with spare_process(command, log) as spare:
         wait_until(lambda: warming_up_at_the_lowest_priority(spare.pid), spare, log)
-        # The worker takes the spare (launch._take_spare): it may raise the spare's threads
-        # (root here), and does before it sends the job, which waits on the warm-up.
+        # The worker takes the spare (launch.WarmProcesses.take_spare): it may raise the spare's
+        # threads (root here), and does before it sends the job, which waits on the warm-up.
         assert raise_lowered_threads(spare.pid) == []
         assert lowered_threads(spare.pid) == []
         observer = train_in(spare, rank_job(make_spec(train_steps=1)), tmp_path, log)

@@ -14,11 +14,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from sandbox.api import RewardFunctionSpec, RewardSandbox
+from service.base_models.built_in.tiny_model import resolve_base_model
 from workers.training.grpo import TrainingOutcome, TrainingSpec, build_trainer, run_grpo
 from workers.training.reward_dispatch import RewardDispatcher
 from workers.training.starting_weights import reference_in_adapter_dtype
 from workers.training.step_records import RewardConfig
-from workers.training.tiny_model import resolve_base_model
 
 from .harness import RecordingObserver, one_word_answers
 

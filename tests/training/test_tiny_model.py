@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from workers.training.tiny_model import (
+from service.base_models.built_in.tiny_model import (
     TINY_MODEL_NAME,
     directory_digest,
     ensure_tiny_model,

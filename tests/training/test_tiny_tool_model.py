@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,9 @@ from trl.chat_template_utils import (
 
 from sandbox.api import RewardForm
 from sandbox.inspection import find_reward_entry_point
-from service.datasets.supervised import sft_examples
-from workers.training.model_building import directory_digest
-from workers.training.sft import trained_examples
-from workers.training.tiny_model import resolve_base_model
-from workers.training.tiny_tool_model import (
+from service.base_models.built_in.model_building import directory_digest
+from service.base_models.built_in.tiny_model import resolve_base_model
+from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_REWARD_SOURCE,
     LOOKUP_TABLE,
     LOOKUP_TOOL_SOURCE,
@@ -41,15 +40,21 @@ from workers.training.tiny_tool_model import (
     lookup_tool_schema,
     tool_call_text,
 )
+from service.datasets.supervised import sft_examples
+from tests.conftest import built_in_models_reused
+from workers.training.sft import trained_examples
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # A cache of its own: the shared model cache is checked to hold rft-tiny alone.
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The model an earlier session built and kept (tests/conftest.py), in a cache of its own
+    (the shared model cache is checked to hold rft-tiny alone); built here only when none was
+    kept. test_builds_byte_identical_models builds it once more and compares."""
     started = time.perf_counter()
-    path = ensure_tiny_tool_model(tmp_path_factory.mktemp("tool-models"))
-    print(f"{TINY_TOOL_MODEL_NAME} built in {time.perf_counter() - started:.1f} s")
-    return path
+    with built_in_models_reused(tmp_path_factory.mktemp("tool-models")) as cache:
+        path = ensure_tiny_tool_model(cache)
+        print(f"{TINY_TOOL_MODEL_NAME} ready in {time.perf_counter() - started:.1f} s")
+        yield path
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +63,8 @@ def tokenizer(model_dir: Path) -> Any:
 
 
 def test_builds_byte_identical_models(model_dir: Path, tmp_path: Path) -> None:
+    # Against the kept model where there is one: a build in another session, keyed by the same
+    # builders and pins (what the keeping relies on), must match byte for byte.
     again = ensure_tiny_tool_model(tmp_path)
     assert again != model_dir
     assert directory_digest(again) == directory_digest(model_dir)

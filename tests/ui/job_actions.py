@@ -1,23 +1,12 @@
-"""What the dashboard tests (and the screenshot) do to a job through the API while it trains."""
+"""What the dashboard's screenshot does to a job through the API while it trains."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import httpx
 
 from tests.integration.helpers import all_pages
-
-
-def update_config(client: httpx.Client, job_id: str, functions: dict[str, Any]) -> None:
-    current = client.get(f"/v1/jobs/{job_id}/config")
-    response = client.put(
-        f"/v1/jobs/{job_id}/config",
-        json={"reward_functions": functions},
-        headers={"If-Match": current.headers["ETag"]},
-    )
-    assert response.status_code == 200, response.text
 
 
 def pause_and_resume(client: httpx.Client, job_id: str) -> int:

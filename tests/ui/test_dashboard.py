@@ -1,4 +1,5 @@
-"""The dashboard in a real browser, against the real stack, while a job trains."""
+"""The dashboard in a real browser, against the real stack: following a job while it trains,
+and drawing a finished run recorded as the worker records one (tests/ui/recorded_jobs.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,19 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from service.stack import LocalStack
 from tests.conftest import new_tenant_key
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for, wait_until
+from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_until
 from tests.tiny import TINY_HYPERPARAMETERS
-from tests.ui.job_actions import pause_and_resume, update_config
+from tests.ui.recorded_jobs import (
+    add_config_version,
+    checkpoint_event,
+    completion,
+    finished_job,
+    pause_and_resume_events,
+    record_steps,
+    step_record,
+)
 from tests.ui.sign_in import sign_in
+from workers.training.step_records import StepRecord
 
 pytestmark = pytest.mark.integration
 
@@ -181,13 +191,6 @@ def function_source(name: str, body: str) -> str:
     return f"def {name}(prompt, completion, example):\n    {body}\n"
 
 
-def six_functions(**weights: float) -> dict[str, dict[str, Any]]:
-    return {
-        name: {"source": function_source(name, body), "weight": weights.get(name, 1.0)}
-        for name, body in SIX_FUNCTIONS.items()
-    }
-
-
 def boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
     return (
         a["x"] < b["x"] + b["width"]
@@ -230,36 +233,69 @@ def element_boxes(scope: Locator, selector: str) -> list[dict[str, float]]:
     return [box for box in boxes if box is not None]
 
 
+# The recorded run of the six functions: v2 (brevity's new code, at weight 0.5) applies at
+# step 3, v3 (no_digits at weight 2) at step 4, neighbouring markers; a pause after step 8.
+V2_AT, V3_AT, PAUSED_AT = 3, 4, 8
+STRICTER_BREVITY = "return max(0.0, 1.0 - len(completion) / 16)"
+
+
+def scored(name: str, body: str, text: str) -> float:
+    namespace: dict[str, Any] = {}
+    exec(function_source(name, body), namespace)
+    return float(namespace[name](None, text, {}))
+
+
+def six_function_step(step: int) -> StepRecord:
+    config_version = 1 if step < V2_AT else 2 if step < V3_AT else 3
+    bodies = dict(SIX_FUNCTIONS)
+    if config_version > 1:
+        bodies["brevity"] = STRICTER_BREVITY
+    weights = {
+        "brevity": 0.5 if config_version > 1 else 1.0,
+        "no_digits": 2.0 if step >= V3_AT else 1.0,
+    }
+    versions = {
+        name: (2 if name == "brevity" and config_version > 1 else 1, weights.get(name, 1.0))
+        for name in SIX_FUNCTIONS
+    }
+    # Completions that vary with the step, so the reward (and its smoothing) moves.
+    texts = [f"{'a' * (1 + (step * 7 + i) % 11)} step {step} answer {i}." for i in range(8)]
+    completions = [
+        completion(i, text, {name: scored(name, body, text) for name, body in bodies.items()})
+        for i, text in enumerate(texts)
+    ]
+    return step_record(step, completions, versions, config_version=config_version)
+
+
+def recorded_six_function_run(api_key: str) -> str:
+    """The run, recorded as the worker records one (tests/ui/recorded_jobs.py): its config
+    versions, steps, a checkpoint at every step, the pause and the resume."""
+    job_id = finished_job(
+        api_key,
+        name="six functions",
+        functions={name: function_source(name, body) for name, body in SIX_FUNCTIONS.items()},
+        train_steps=TRAIN_STEPS,
+    )
+    stricter = function_source("brevity", STRICTER_BREVITY)
+    v2 = {name: (1, 1.0, None) for name in SIX_FUNCTIONS} | {"brevity": (2, 0.5, stricter)}
+    add_config_version(job_id, 2, v2)
+    add_config_version(job_id, 3, v2 | {"brevity": (2, 0.5, None), "no_digits": (1, 2.0, None)})
+    for step in range(1, TRAIN_STEPS + 1):
+        record_steps(job_id, [six_function_step(step)])
+        checkpoint_event(job_id, step)
+        if step == PAUSED_AT:
+            pause_and_resume_events(job_id, step)
+    return job_id
+
+
 def test_markers_smoothing_events_and_a_six_function_table(
     stack: LocalStack, client: httpx.Client, api_key: str, page: Page
 ) -> None:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcdefgh"])
-    job_id = create_job(
-        client,
-        {
-            "name": "six functions",
-            "dataset_id": dataset_id,
-            "reward_functions": six_functions(),
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": TRAIN_STEPS,
-                "checkpoint_every": 1,
-            },
-        },
-    )["id"]
-    # Two config changes at neighbouring steps (their markers would collide), then a pause.
-    wait_until(client, job_id, lambda job: job["steps_completed"] >= 2)
-    stricter = six_functions(brevity=0.5)
-    stricter["brevity"]["source"] = function_source(
-        "brevity", "return max(0.0, 1.0 - len(completion) / 16)"
-    )
-    update_config(client, job_id, stricter)
-    wait_until(client, job_id, lambda job: job["applied_config_version"] == 2)
-    heavier = {**stricter, "no_digits": {**stricter["no_digits"], "weight": 2.0}}
-    update_config(client, job_id, heavier)
-    wait_until(client, job_id, lambda job: job["applied_config_version"] == 3)
-    paused_at = pause_and_resume(client, job_id)
-    assert wait_for(client, job_id)["status"] == "succeeded"
+    """What a finished run's page draws: markers, smoothing, the event feed, a table of six
+    functions and the config's diff. A recorded run (no training): a real run's page, live,
+    is test_dashboard_follows_a_running_job's."""
+    job_id = recorded_six_function_run(api_key)
+    paused_at = PAUSED_AT
     steps = recorded_steps(client, job_id)
     events = all_pages(client, f"/v1/jobs/{job_id}/events/history")
     assert len(steps) == TRAIN_STEPS

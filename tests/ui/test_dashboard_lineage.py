@@ -1,14 +1,13 @@
-"""A job created with init_from links, on its page, to the job it started from."""
+"""A job created with init_from links, on its page, to the job it started from. Both jobs are
+rows as the API and the worker store them (tests/ui/recorded_jobs.py): no training."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
-from tests.integration.helpers import create_job, upload_jsonl, wait_for
-from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.recorded_jobs import finished_job
 from tests.ui.sign_in import sign_in
 
 pytestmark = pytest.mark.integration
@@ -16,22 +15,18 @@ pytestmark = pytest.mark.integration
 SHOUT = "def shout(prompt, completion, example):\n    return float(completion.isupper())\n"
 
 
-def test_the_job_page_links_to_its_parent(
-    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
-) -> None:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in "abcd"])
-    body = {
-        "dataset_id": dataset_id,
-        "reward_functions": {"shout": {"source": SHOUT}},
-        "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1, "num_generations": 4},
-    }
-    parent = create_job(client, {**body, "name": "stage 1"})["id"]
-    assert wait_for(client, parent)["status"] == "succeeded"
-    child = create_job(client, {**body, "name": "stage 2", "init_from": f"{parent}:checkpoint-1"})
-    client.post(f"/v1/jobs/{child['id']}/cancel")  # its page is all this test needs
+def test_the_job_page_links_to_its_parent(stack: LocalStack, api_key: str, page: Page) -> None:
+    parent = finished_job(api_key, name="stage 1", functions={"shout": SHOUT})
+    child = finished_job(
+        api_key,
+        name="stage 2",
+        functions={"shout": SHOUT},
+        parent_job_id=parent,
+        parent_checkpoint_step=1,
+    )
 
     sign_in(page, stack, api_key)
-    page.goto(f"{stack.base_url}/ui/#/jobs/{child['id']}")
+    page.goto(f"{stack.base_url}/ui/#/jobs/{child}")
     lineage = page.locator("#job-parent")
     expect(lineage).to_have_text(f"{parent} (checkpoint 1)")
     lineage.locator("a").click()

@@ -1,37 +1,34 @@
 """A supervised job's page: its loss curve (with the validation loss where it was measured)
-and token accuracy, in place of the reward charts it has nothing to draw on."""
+and token accuracy, in place of the reward charts it has nothing to draw on. The run (4 steps,
+evaluated at steps 2 and 4) is recorded as the worker records a supervised one
+(tests/ui/recorded_jobs.py): no training; a real supervised run's record is
+tests/integration/test_sft_jobs.py's."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
-from tests.integration.helpers import create_job, upload_jsonl, wait_for
+from tests.ui.recorded_jobs import finished_job, record_steps, step_record
 from tests.ui.sign_in import sign_in
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_supervised_job_shows_its_loss(
-    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
-) -> None:
-    rows = [{"prompt": f"Say {w}:", "completion": f" {w * 3}"} for w in "abcd"]
-    dataset = upload_jsonl(client, rows)
-    job_id = create_job(
-        client,
-        {
-            "name": "warm-up",
-            "method": "sft",
-            "dataset_id": dataset,
-            "validation_dataset_id": dataset,
-            "hyperparameters": {"preset": "tiny-cpu", "train_steps": 4, "eval_every": 2},
-        },
-    )["id"]
-    job = wait_for(client, job_id)
-    assert job["status"] == "succeeded", job["failure_reason"]
+def sft_metrics(step: int) -> dict[str, float]:
+    """What TRL's SFTTrainer logs beside loss and learning rate (eval_* where it evaluated)."""
+    metrics = {"grad_norm": 0.5, "mean_token_accuracy": 0.2 * step, "num_tokens": 40.0 * step}
+    if step % 2 == 0:
+        metrics |= {"eval_loss": 1.5 - 0.1 * step, "eval_mean_token_accuracy": 0.2 * step}
+    return metrics
 
+
+def test_a_supervised_job_shows_its_loss(stack: LocalStack, api_key: str, page: Page) -> None:
+    job_id = finished_job(api_key, name="warm-up", method="sft")
+    record_steps(
+        job_id, [step_record(step, [], {}, metrics=sft_metrics(step)) for step in range(1, 5)]
+    )
     page.set_viewport_size({"width": 1280, "height": 1400})
     sign_in(page, stack, api_key)
     page.click(f"tr[data-job-id='{job_id}'] a")

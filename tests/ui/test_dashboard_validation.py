@@ -1,46 +1,62 @@
 """The dashboard draws a job's validation results beside its training curves: a validation
-line on the reward chart, a per-function validation chart, and the last result as a tile."""
+line on the reward chart, a per-function validation chart, and the last result as a tile. The
+run (3 steps, evaluated at steps 2 and 3) is recorded as the worker records one
+(tests/ui/recorded_jobs.py): no training; a real run's evaluations are
+tests/integration/test_validation.py's."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from service.stack import LocalStack
-from tests.integration.helpers import create_job, upload_jsonl, wait_for
-from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.recorded_jobs import (
+    completion,
+    finished_job,
+    function_metrics,
+    record_steps,
+    step_record,
+)
 from tests.ui.sign_in import sign_in
+from workers.training.step_records import EvalRecord
 
 pytestmark = pytest.mark.integration
 
 ROW_VALUE = "def row_value(prompt, completion, example):\n    return float(example['value'])\n"
+VERSIONS = {"row_value": (1, 1.0)}
+
+
+def evaluation(step: int) -> EvalRecord:
+    """Two validation rows whose value is 2: every sample scores 2."""
+    samples = [completion(i, f"spelled {i}", {"row_value": 2.0}) for i in range(2)]
+    return EvalRecord(
+        step=step,
+        config_version=1,
+        reward_mean=2.0,
+        reward_std=0.0,
+        prompts=2,
+        samples=2,
+        duration_s=0.05,
+        functions=function_metrics(samples, VERSIONS),
+    )
 
 
 def test_the_eval_curve_is_drawn_beside_the_training_curves(
-    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
+    stack: LocalStack, api_key: str, page: Page
 ) -> None:
-    training = upload_jsonl(client, [{"prompt": f"Say {w}:", "value": 0} for w in "abc"])
-    validation = upload_jsonl(client, [{"prompt": f"Spell {w}:", "value": 2} for w in "xy"])
-    job_id = create_job(
-        client,
-        {
-            "name": "with validation",
-            "dataset_id": training,
-            "validation_dataset_id": validation,
-            "reward_functions": {"row_value": {"source": ROW_VALUE}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": 3,
-                "num_generations": 4,
-                "eval_every": 2,
-            },
-        },
-    )["id"]
-    job = wait_for(client, job_id)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    evals = client.get(f"/v1/jobs/{job_id}/evals").json()["data"]
-    assert [(e["step"], e["reward_mean"]) for e in evals] == [(2, 2.0), (3, 2.0)]
+    job_id = finished_job(api_key, name="with validation", functions={"row_value": ROW_VALUE})
+    record_steps(
+        job_id,
+        [
+            step_record(
+                step,
+                [completion(i, f"said {i}", {"row_value": 0.0}) for i in range(4)],
+                VERSIONS,
+                evaluation=evaluation(step) if step >= 2 else None,
+            )
+            for step in (1, 2, 3)
+        ],
+    )
 
     page.set_viewport_size({"width": 1280, "height": 1400})  # both charts and the tiles
     sign_in(page, stack, api_key)

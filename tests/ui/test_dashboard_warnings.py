@@ -1,5 +1,10 @@
 """The dashboard shows a run's warnings prominently: a banner above the tabs, and highlighted
-warning events in the feed; a tripped guard with its example completion and a chart marker."""
+warning events in the feed; a tripped guard with its example completion and a chart marker.
+
+The runs are recorded as the worker records one, without training: the warnings are what the
+worker's own monitors find in the recorded steps, stored by its writers (tests/ui/
+recorded_jobs.py, tests/recording/recorded_run.py). That a real run raises them is
+tests/integration/test_training_warnings.py's and tests/integration/test_guards.py's."""
 
 from __future__ import annotations
 
@@ -7,37 +12,44 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from service.jobs.hyperparameters import Hyperparameters
 from service.stack import LocalStack
-from tests.integration.helpers import all_pages, create_job, upload_jsonl, wait_for
+from tests.integration.helpers import all_pages
+from tests.recording.recorded_run import recorded_run
 from tests.tiny import TINY_HYPERPARAMETERS
+from tests.ui.recorded_jobs import completion, finished_job, step_record
 from tests.ui.sign_in import sign_in
+from workers.database_observer import store_warning
+from workers.step_store import store_step
+from workers.training_job import signal_settings
+from workers.training_signals import SignalMonitor, frac_reward_zero_std, no_signal_run_warning
 
 pytestmark = pytest.mark.integration
 
 CONSTANT = "def constant(prompt, completion, example):\n    return 0.0\n"
-LENGTH = "def length(prompt, completion, example):\n    return len(completion) / 64\n"
 
 
 def test_a_run_without_signal_shows_its_warnings(
     stack: LocalStack, client: httpx.Client, api_key: str, page: Page
 ) -> None:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in ("yes", "no", "maybe")])
-    job_id = create_job(
-        client,
-        {
-            "name": "no signal",
-            "dataset_id": dataset_id,
-            "reward_functions": {"constant": {"source": CONSTANT}},
-            "hyperparameters": {
-                **TINY_HYPERPARAMETERS,
-                "train_steps": 3,
-                "num_generations": 4,
-                "warning_patience": 2,
-            },
-        },
-    )["id"]
-    job = wait_for(client, job_id)
-    assert job["status"] == "succeeded", job["failure_reason"]
+    """Three steps of a constant reward: every group flat, so the worker's signal monitor
+    warns (patience 2) and the run's verdict says it learned from nothing."""
+    job_id = finished_job(api_key, name="no signal", functions={"constant": CONSTANT})
+    hyperparameters = Hyperparameters(**{**TINY_HYPERPARAMETERS, "warning_patience": 2})
+    settings = signal_settings(hyperparameters)
+    monitor = SignalMonitor(settings, max_completion_length=hyperparameters.max_completion_length)
+    fractions = []
+    for step in (1, 2, 3):
+        completions = [completion(i, f"said {i} at {step}", {"constant": 0.0}) for i in range(6)]
+        record = step_record(step, completions, {"constant": (1, 1.0)})
+        store_step(job_id, record)
+        for warning in monitor.observe_step(record):
+            store_warning(job_id, warning)
+        fractions.append(frac_reward_zero_std(record.completions))
+    verdict = no_signal_run_warning(fractions, 3, settings)
+    assert verdict is not None
+    store_warning(job_id, verdict)
+    job = client.get(f"/v1/jobs/{job_id}").json()
     kinds = [w["kind"] for w in job["warnings"]]
     assert "no_signal" in kinds and "no_signal_run" in kinds, kinds
 
@@ -71,31 +83,17 @@ def test_a_run_without_signal_shows_its_warnings(
 
 
 def test_a_tripped_guard_is_in_the_banner_with_its_evidence_and_marked_on_the_charts(
-    stack: LocalStack, client: httpx.Client, api_key: str, page: Page
+    stack: LocalStack, api_key: str, page: Page
 ) -> None:
-    dataset_id = upload_jsonl(client, [{"prompt": f"Say {w}:"} for w in ("yes", "no", "maybe")])
-    job_id = create_job(
-        client,
-        {
-            "dataset_id": dataset_id,
-            "reward_functions": {"length": {"source": LENGTH}},
-            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 2, "num_generations": 4},
-            # Trips at step 2 of any run whose entropy moved (tests/integration/test_guards.py).
-            "guards": {"entropy_factor": 1.000001, "early_steps": 1, "patience": 1},
-        },
-    )["id"]
-    job = wait_for(client, job_id)
-    assert job["status"] == "succeeded", job["failure_reason"]
-    assert [(w["kind"], w["step"]) for w in job["warnings"] if w.get("guard")] == [
-        ("entropy_shift", 2)
-    ]
+    # A gamed run whose repetition guard trips at step 6 (tests/recording/recorded_run.py).
+    run = recorded_run(api_key)
 
     sign_in(page, stack, api_key)
-    page.goto(f"{stack.base_url}/ui/#/jobs/{job_id}")
-    entry = page.locator("#job-warnings li[data-warning-kind=entropy_shift]")
-    expect(entry).to_contain_text("step 2: token entropy")
+    page.goto(f"{stack.base_url}/ui/#/jobs/{run.job_id}")
+    entry = page.locator("#job-warnings li[data-warning-kind=repetition]")
+    expect(entry).to_contain_text("step 6: ")
     expect(entry.locator(".guard-example")).to_contain_text("e.g. ")
     marker = page.locator("svg[data-chart=reward] [data-marker-kind=guard]")
     expect(marker).to_have_count(1)
-    assert marker.get_attribute("data-marker-step") == "2"
+    assert marker.get_attribute("data-marker-step") == "6"
     expect(page.locator("#event-feed > li[data-kind=guard_tripped]")).to_have_count(1)

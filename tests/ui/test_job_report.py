@@ -10,7 +10,7 @@ import httpx
 from playwright.sync_api import Browser, expect
 
 from service.stack import LocalStack
-from tests.recording.recorded_run import HOSTILE, STEPS, recorded_run
+from tests.recording.recorded_run import HOSTILE, STEPS, TOOL_ANSWER, recorded_run
 
 
 def test_the_saved_report_opens_offline_with_every_part(
@@ -61,6 +61,15 @@ def test_the_saved_report_opens_offline_with_every_part(
         expect(chosen.locator(".best .ranked-completion")).to_have_count(3)
         expect(chosen.locator(".worst .ranked-completion")).to_have_count(3)
     expect(page.locator(".completion-text", has_text=HOSTILE).first).to_be_visible()
+    # An agent's completion shows its rollout, folded: the tool call and what it answered.
+    rollout = page.locator(".step-completions[data-step='1'] .best [data-trajectory]")
+    expect(rollout).to_have_count(1)
+    expect(rollout.locator("summary").first).to_have_text("2 turns · 1 tool call")
+    rollout.locator("summary").first.click()
+    call = rollout.locator(".tool-call[data-tool=lookup]")
+    expect(call.locator("summary")).to_contain_text('lookup(key="q")')
+    call.locator("summary").click()
+    expect(call.locator(".tool-result")).to_have_text(TOOL_ANSWER)
     assert page.evaluate("window.reportPwned") is None
     expect(page.locator("h1")).to_have_text("stage 2 <b>bold</b>")
 

@@ -28,7 +28,8 @@ def test_other_models_are_not_served(tmp_path: Path) -> None:
 def test_an_api_without_the_training_stack_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "workers.training.tiny_model", None)  # import fails
+    # The import fails, as without torch and transformers.
+    monkeypatch.setitem(sys.modules, "service.base_models.built_in.tiny_model", None)
     with pytest.raises(TinyModelUnavailable, match="install the worker extra"):
         base_model_archive("rft-tiny", settings(tmp_path))
 

@@ -47,14 +47,14 @@ def machine(
 
 
 def start_worker(monkeypatch: pytest.MonkeyPatch, devices: int = 1) -> int:
-    from service import cli
+    from server import cli
     from service.settings import get_settings
 
     monkeypatch.setenv("RFT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     monkeypatch.setenv("RFT_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("RFT_WORKER_DEVICES", str(devices))
     # Past the checks, the worker would start Celery: not here.
-    from workers import celery_app
+    from service.work_queue import celery_app
 
     monkeypatch.setattr(celery_app.celery_app, "worker_main", lambda argv: None)
     get_settings.cache_clear()

@@ -52,7 +52,7 @@ def test_a_compose_worker_reserves_the_gpus_it_offers_a_job() -> None:
     offered = worker["environment"]["RFT_WORKER_DEVICES"]
     written, gpus = reserved_gpus(worker)
     # The operator names the worker's GPUs; by default it offers a job as many as it reserves
-    # (a worker offering more GPUs than it sees refuses to start: service.cli).
+    # (a worker offering more GPUs than it sees refuses to start: server.cli).
     assert written == ["${RFT_WORKER_GPUS:-0}"]
     assert offered == "${RFT_WORKER_DEVICES:-1}"
     assert int(with_defaults(offered)) == len(gpus)

@@ -190,7 +190,7 @@ def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[EgressProxy, list[o
         attempts.append((addresses, port))
         return None
 
-    monkeypatch.setattr(egress, "_connect", record)
+    monkeypatch.setattr(egress, "connect", record)
     with EgressProxy(policy()) as running:
         yield running, attempts
 

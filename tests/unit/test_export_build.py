@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from service.embedded import free_port
+from service.work_queue.celery_app import EXPORTS_QUEUE, worker_queues
 from tests.fake_hub import writable_fake_hub
-from workers.celery_app import EXPORTS_QUEUE, worker_queues
 from workers.export import HubTarget, pack
 from workers.failures import ExportFailure
-from workers.tasks import takes_training_jobs
+from workers.lifecycle import takes_training_jobs
 
 TOKEN = "hf_fake_write_token_0123456789"
 

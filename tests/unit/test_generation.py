@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from service.jobs.gpu_memory import JobMemory, ModelShape, plan_memory
+from service.gpu.memory_plan import JobMemory, ModelShape, plan_memory
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
 from tests.tiny import TINY_HYPERPARAMETERS
-from tests.unit.test_gpu_memory import QWEN25_7B
+from tests.unit.test_memory_plan import QWEN25_7B
 from workers.training import generation
 from workers.training.generation import (
     Generation,

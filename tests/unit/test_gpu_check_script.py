@@ -74,7 +74,9 @@ def test_the_gpu_environment_installs_the_projects_extras_at_its_pins(tmp_path: 
     }
     assert set(installed.group(1).split(",")) <= set(extras)
     # torch first, at the main environment's pin (scripts/setup.sh), here PyPI's CUDA build.
-    torch_pin = re.search(r'pip_install "(torch==[\d.]+)"', (ROOT / "scripts/setup.sh").read_text())
+    torch_pin = re.search(
+        r'pip_with "\$1" "(torch==[\d.]+)"', (ROOT / "scripts/setup.sh").read_text()
+    )
     assert torch_pin is not None
     assert setup.index(f"pip install {torch_pin.group(1)}") < setup.index("pip install -e .[")
     vllm = re.search(r"vllm==([\d.]+)", setup)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from service.base_models.built_in.tiny_model import TINY_MODEL_NAME, ensure_tiny_model
 from service.inference.protocol import AdapterRef, GenerationRequest
 from service.settings import Settings
 from workers.inference.pool import InferenceInputError, ModelPool
-from workers.training.tiny_model import TINY_MODEL_NAME, ensure_tiny_model
 
 
 def make_adapter(model_dir: Path, destination: Path, seed: int) -> str:

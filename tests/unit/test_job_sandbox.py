@@ -15,8 +15,8 @@ from sandbox.api import (
     RewardFunctionSpec,
     ScoringBatch,
 )
-from workers.job_sandbox import JobAgentSandbox, JobSandbox
-from workers.training.agents import AgentSession
+from workers.job_sandbox import JobAgentSandbox, JobRewardSandbox
+from workers.training.agents.session import AgentSession
 from workers.training.reward_dispatch import RewardDispatcher
 from workers.training.step_records import RewardConfig
 
@@ -49,7 +49,7 @@ def test_new_secrets_start_new_processes_at_the_next_load() -> None:
         started.append(FakeSandbox(environment))
         return started[-1]
 
-    sandbox = JobSandbox(start, {"KEY": "old"})
+    sandbox = JobRewardSandbox(start, {"KEY": "old"})
     sandbox.load([SPEC])
     sandbox.stage_environment({"KEY": "old"})  # unchanged: nothing restarts
     sandbox.load([SPEC])
@@ -71,7 +71,7 @@ def test_a_config_that_cannot_load_keeps_the_old_processes_and_secrets() -> None
         started.append(FakeSandbox(environment, refuse=environment.get("KEY") == "bad"))
         return started[-1]
 
-    sandbox = JobSandbox(start, {"KEY": "old"})
+    sandbox = JobRewardSandbox(start, {"KEY": "old"})
     sandbox.load([SPEC])
     sandbox.stage_environment({"KEY": "bad"})
     with pytest.raises(RewardCodeError):
@@ -149,7 +149,7 @@ def dispatcher_with_agents(
 
     config = RewardConfig(version=1, functions=[SPEC], secrets=secrets)
     session = AgentSession(JobAgentSandbox(start_agents, secrets), [{"prompt": "p"}], "index")
-    dispatcher = RewardDispatcher(JobSandbox(start_rewards, secrets), config, [], session)
+    dispatcher = RewardDispatcher(JobRewardSandbox(start_rewards, secrets), config, [], session)
     dispatcher.load_initial()
     return dispatcher, rewards, agents
 

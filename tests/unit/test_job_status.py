@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from service.errors import IllegalTransition
-from service.jobs.status import ALLOWED_TRANSITIONS, JobStatus, can_transition, ensure_transition
+from service.jobs.status import ALLOWED_TRANSITIONS, JOB_STATES, JobStatus
 
 
 def test_terminal_statuses_have_no_way_out() -> None:
@@ -39,7 +39,7 @@ def test_terminal_statuses_have_no_way_out() -> None:
     ],
 )
 def test_transition_table(current: JobStatus, target: JobStatus, allowed: bool) -> None:
-    assert can_transition(current, target) is allowed
+    assert JOB_STATES.allows(current, target) is allowed
 
 
 def test_a_pausing_job_still_has_its_worker_and_a_paused_one_has_none() -> None:
@@ -50,7 +50,7 @@ def test_a_pausing_job_still_has_its_worker_and_a_paused_one_has_none() -> None:
 
 def test_illegal_transition_is_a_409_naming_both_states() -> None:
     with pytest.raises(IllegalTransition) as raised:
-        ensure_transition("job_1", JobStatus.SUCCEEDED, JobStatus.CANCELLED)
+        JOB_STATES.ensure("job_1", JobStatus.SUCCEEDED, JobStatus.CANCELLED)
     assert raised.value.status_code == 409
     assert "succeeded" in raised.value.detail and "cancelled" in raised.value.detail
 

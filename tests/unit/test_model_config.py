@@ -12,7 +12,7 @@ from pathlib import Path
 
 from service.base_models.model_config import read_model_files
 from service.settings import Settings
-from tests.unit.test_gpu_memory import QWEN25_7B
+from tests.unit.test_memory_plan import QWEN25_7B
 
 INDEX = {"metadata": {"total_size": 15_231_233_024}, "weight_map": {}}
 

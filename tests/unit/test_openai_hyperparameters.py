@@ -60,6 +60,7 @@ def test_each_mapping() -> None:
     [
         ({"n_epochs": 0}, "n_epochs"),
         ({"batch_size": 0}, "prompts_per_step"),
+        ({"batch_size": 0, "n_epochs": 1}, "prompts_per_step"),
         ({"compute_multiplier": 1e300}, "compute_multiplier"),
         ({"learning_rate_multiplier": 1e9}, "learning_rate"),
         ({"eval_interval": -1}, "eval_every"),

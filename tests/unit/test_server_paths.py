@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from service.server_paths import hide_paths_in, hide_server_paths
 from service.settings import Settings
@@ -36,3 +39,16 @@ def test_nested_folders_and_whole_components_only(tmp_path: Path) -> None:
         "steps": [1, "<state>/y"],
         "n": 3,
     }
+
+
+def test_a_dependency_environment_outside_the_prefix_is_named_for_its_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkout's thin environment reaches its dependencies in a shared folder outside
+    # sys.prefix (scripts/python_env.sh); a traceback through them names that folder by role.
+    shared = tmp_path / "envs" / "main-0123" / "lib" / "python3.11" / "site-packages"
+    shared.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(shared)])
+    text = f'File "{shared}/trl/trainer/grpo_trainer.py", line 9'
+    hidden = hide_server_paths(text, Settings(state_dir=Path("/nonexistent-state")))
+    assert hidden == 'File "<python packages>/trl/trainer/grpo_trainer.py", line 9'

@@ -10,8 +10,9 @@ order of the calls (CPU, no model)."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -81,7 +82,7 @@ def spec(tmp_path: Path) -> TrainingSpec:
 
 
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trainer: FakeTrainer) -> Any:
-    monkeypatch.setattr(grpo, "build_trainer", lambda spec, dispatcher: trainer)
+    monkeypatch.setattr(grpo, "build_trainer", lambda spec, dispatcher, engines: trainer)
     monkeypatch.setattr(
         grpo, "RewardDispatcher", lambda *args, **kwargs: SimpleNamespace(load_initial=lambda: None)
     )
@@ -175,3 +176,24 @@ def test_reproducible_sampling_with_vllm_is_refused_before_vllm_starts() -> None
         RecordingGRPOTrainer(
             model=None, args=SimpleNamespace(use_vllm=True), reproducible_sampling=True
         )
+
+
+def test_a_shut_down_engine_leaves_no_graph_pool_for_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's process-wide CUDA-graph pool (a class attribute of the platform) outlives the
+    engine whose graphs were in it; the next engine's capture must not reopen it (PyTorch
+    asserts use_count > 0). A stand-in for vllm.platforms (this environment has no vLLM; the
+    GPU check runs the real sequence: tests/vllm_generation/test_vllm_engine_reuse.py)."""
+
+    class CudaLikePlatform:
+        _global_graph_pool: object | None = ("pool", 1)
+
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = CudaLikePlatform()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    calls: list[str] = []
+    release_vllm(SimpleNamespace(vllm_generation=SimpleNamespace(llm=FakeEngine(calls))))
+    assert calls == ["engine shutdown"]
+    assert CudaLikePlatform._global_graph_pool is None

@@ -4,10 +4,9 @@ functions count; those under TYPE_CHECKING do not: they never run)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-WORKERS = Path(__file__).resolve().parents[2] / "workers"
+from tests.import_graph import imports_of, package_modules, top_package
 
 # Bottom to top. A module not named here fails the test: place it when you add it.
 LAYERS: list[tuple[str, set[str]]] = [
@@ -19,49 +18,61 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.identity",
             "workers.process_environment",
             "workers.database",
-            "workers.celery_app",
-            "workers.queue",
-            "workers.device_memory",
+            "workers.advertised_devices",
             "workers.compiled_caches",
             "workers.training.step_records",
             "workers.training.observer",
         },
     ),
+    # Training, inside a rank: five layers, so that imports among them are checked too.
     (
-        "training, inside a rank",
+        "training parts: devices, models, engines, agent parts, the rank group",
         {
             "workers.job_sandbox",
             "workers.training.agents",
+            "workers.training.agents.annotations",
+            "workers.training.agents.stand_ins",
+            "workers.training.agents.trajectories",
+            "workers.training.colocated_vllm_sizing",
             "workers.training.cuda",
             "workers.training.engines",
-            "workers.training.evaluation",
             "workers.training.generation",
-            "workers.training.grpo",
-            "workers.training.grpo_trainer",
             "workers.training.kept_engine",
             "workers.training.merge",
+            "workers.training.model_options",
             "workers.training.ranks",
             "workers.training.reproducible_sampling",
-            "workers.training.reward_dispatch",
-            "workers.training.reward_models",
             "workers.training.reward_stats",
-            "workers.training.sft",
             "workers.training.spec",
             "workers.training.starting_weights",
-            "workers.training.step_reporting",
             "workers.training.stop_sequences",
-            "workers.training.model_building",
-            "workers.training.model_options",
-            "workers.training.tiny_model",
-            "workers.training.tiny_reward_model",
-            "workers.training.tiny_tool_model",
+            "workers.training.thread_priority",
             "workers.training.trackers",
             "workers.training.vllm_cpu",
-            "workers.training.vllm_memory",
         },
     ),
+    (
+        "scoring: the agent session, reward models, the reward dispatcher, GRPO's trainer",
+        {
+            "workers.training.agents.session",
+            "workers.training.grpo_trainer",
+            "workers.training.reward_dispatch",
+            "workers.training.reward_models",
+        },
+    ),
+    ("what the trainers share", {"workers.training.trainer_common"}),
+    (
+        "GRPO's step reporting, evaluation and async generation",
+        {
+            "workers.training.async_generation",
+            "workers.training.evaluation",
+            "workers.training.step_reporting",
+        },
+    ),
+    ("the methods: GRPO and SFT", {"workers.training.grpo", "workers.training.sft"}),
     ("the rank process", {"workers.training.rank_process"}),
-    ("the launcher", {"workers.training.launch"}),
+    ("the spare and its template", {"workers.training.spare", "workers.training.spare_template"}),
+    ("the launcher", {"workers.training.forked_spares", "workers.training.launch"}),
     (
         "placement, the lease and the webhook dispatcher",
         {"workers.placement", "workers.lease", "workers.webhooks"},
@@ -79,49 +90,24 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.guards",
             "workers.circuit_breaker",
             "workers.metrics",
-            "workers.runtime_packages",
             "workers.inference",
             "workers.inference.pool",
             "workers.inference.server",
             "workers.inference.vllm_engine",
         },
     ),
+    ("the worker process's life", {"workers.lifecycle"}),
     ("Celery tasks", {"workers.tasks"}),
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(WORKERS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def worker_imports(path: Path) -> set[str]:
     """The workers.* modules ``path`` imports when it runs."""
-    found: set[str] = set()
-
-    class Imports(ast.NodeVisitor):
-        def visit_If(self, node: ast.If) -> None:
-            if "TYPE_CHECKING" in ast.unparse(node.test):
-                for child in node.orelse:
-                    self.visit(child)
-                return
-            self.generic_visit(node)
-
-        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-            if node.module is not None and node.level == 0:
-                found.add(node.module)
-                # `from workers.training import grpo` imports a module too.
-                found.update(f"{node.module}.{alias.name}" for alias in node.names)
-
-        def visit_Import(self, node: ast.Import) -> None:
-            found.update(alias.name for alias in node.names)
-
-    Imports().visit(ast.parse(path.read_text()))
-    return {name for name in found if name == "workers" or name.startswith("workers.")}
+    return {name for name in imports_of(path) if top_package(name) == "workers"}
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(path): path for path in WORKERS.rglob("*.py")}
+    paths = package_modules("workers")
     return {name: worker_imports(path) & set(paths) for name, path in paths.items()}
 
 

@@ -12,6 +12,13 @@ from sandbox.agent_api import AgentLimits, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
 from sandbox.api import RewardFunctionSpec
 from sandbox.settings import SandboxSettings
+from service.base_models.built_in.tiny_tool_model import (
+    LOOKUP_REWARD_SOURCE,
+    LOOKUP_TABLE,
+    LOOKUP_TOOL_SOURCE,
+    TINY_TOOL_MODEL_NAME,
+    lookup_dataset,
+)
 from service.jobs.hyperparameters import Hyperparameters
 from tests.training.harness import RecordingObserver, reward_sandbox
 from tests.training.test_agent_training import AGENT_HYPERPARAMETERS
@@ -19,13 +26,6 @@ from tests.vllm_generation.conftest import MODEL_CACHE_DIR
 from tests.vllm_generation.test_vllm_training import LOGP_GAP, SYNCED_GAP_BOUND, vllm_generation
 from workers.training.grpo import TrainingSpec, run_grpo
 from workers.training.step_records import RewardConfig
-from workers.training.tiny_tool_model import (
-    LOOKUP_REWARD_SOURCE,
-    LOOKUP_TABLE,
-    LOOKUP_TOOL_SOURCE,
-    TINY_TOOL_MODEL_NAME,
-    lookup_dataset,
-)
 
 pytestmark = pytest.mark.vllm
 

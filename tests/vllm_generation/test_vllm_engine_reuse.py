@@ -19,6 +19,7 @@ import torch
 from tests.layers import needs_gpu
 from tests.vllm_generation.test_vllm_training import train
 from workers.training import kept_engine
+from workers.training.kept_engine import EngineKeeper
 
 pytestmark = pytest.mark.vllm
 
@@ -28,17 +29,20 @@ JOB_SEED = 7
 
 
 @pytest.fixture
-def keeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This test process keeps engines as the worker's spare does; none is left kept after."""
-    monkeypatch.setattr(kept_engine, "_process", kept_engine._Process())
-    kept_engine.allow_keeping()
-    yield
-    kept_engine.release_kept()
+def keeping() -> Iterator[EngineKeeper]:
+    """Engines kept from job to job as the worker's spare keeps them; none is left kept after."""
+    keeper = EngineKeeper(may_keep=True)
+    yield keeper
+    keeper.release_kept()
 
 
-def sampled(output_dir: Path, **hyperparameters: Any) -> list[tuple[float, list[str]]]:
+def sampled(
+    output_dir: Path, keeper: EngineKeeper, **hyperparameters: Any
+) -> list[tuple[float, list[str]]]:
     """Each step's mean reward and completions."""
-    observer = train(output_dir, 3, seed=JOB_SEED, learning_rate=0.01, **hyperparameters)
+    observer = train(
+        output_dir, 3, seed=JOB_SEED, learning_rate=0.01, engines=keeper, **hyperparameters
+    )
     return [
         (round(record.reward_mean, 6), [c.completion for c in record.completions])
         for record in observer.records
@@ -46,37 +50,38 @@ def sampled(output_dir: Path, **hyperparameters: Any) -> list[tuple[float, list[
 
 
 def test_a_job_on_a_kept_engine_samples_what_it_would_on_a_fresh_one(
-    tmp_path: Path, keeping: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, keeping: EngineKeeper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    train(tmp_path / "first", 2, learning_rate=0.05)  # moves the weights vLLM holds
-    assert kept_engine.kept_model() is not None
-    on_kept = sampled(tmp_path / "kept")
-    assert kept_engine.adoptions() == 1
+    # Moves the weights vLLM holds.
+    train(tmp_path / "first", 2, engines=keeping, learning_rate=0.05)
+    assert keeping.kept_model() is not None
+    on_kept = sampled(tmp_path / "kept", keeping)
+    assert keeping.adoptions() == 1
 
-    kept_engine.release_kept()
-    on_fresh = sampled(tmp_path / "fresh")
-    assert kept_engine.adoptions() == 1, "the fresh run adopted an engine"
+    keeping.release_kept()
+    on_fresh = sampled(tmp_path / "fresh", keeping)
+    assert keeping.adoptions() == 1, "the fresh run adopted an engine"
     assert on_kept == on_fresh
 
     # Control: adopted without the random state a fresh start leaves, the same job samples
     # other completions.
     monkeypatch.setattr(kept_engine._RandomState, "restore", lambda self: None)
-    kept_engine.release_kept()
-    train(tmp_path / "first-again", 2, learning_rate=0.05)
-    assert sampled(tmp_path / "unrestored") != on_fresh
+    keeping.release_kept()
+    train(tmp_path / "first-again", 2, engines=keeping, learning_rate=0.05)
+    assert sampled(tmp_path / "unrestored", keeping) != on_fresh
 
 
 @needs_gpu(None if torch.cuda.is_available() else "vLLM's sleep mode needs CUDA")
 def test_an_engine_kept_asleep_is_adopted_asleep_and_samples_as_a_fresh_one(
-    tmp_path: Path, keeping: None
+    tmp_path: Path, keeping: EngineKeeper
 ) -> None:
     """Sleep mode: kept at level 2 (weights and KV cache released), as TRL leaves a fresh
     engine; the adopting job's first sync wakes it. Not yet run: no vLLM on a lent GPU."""
-    train(tmp_path / "first", 2, learning_rate=0.05, vllm_sleep_mode=True)
-    assert kept_engine.kept_model() is not None
-    on_kept = sampled(tmp_path / "kept", vllm_sleep_mode=True)
-    assert kept_engine.adoptions() == 1
-    kept_engine.release_kept()
-    on_fresh = sampled(tmp_path / "fresh", vllm_sleep_mode=True)
+    train(tmp_path / "first", 2, engines=keeping, learning_rate=0.05, vllm_sleep_mode=True)
+    assert keeping.kept_model() is not None
+    on_kept = sampled(tmp_path / "kept", keeping, vllm_sleep_mode=True)
+    assert keeping.adoptions() == 1
+    keeping.release_kept()
+    on_fresh = sampled(tmp_path / "fresh", keeping, vllm_sleep_mode=True)
     # Every step, as on CPU (the test above): each step's completions and the reward they got.
     assert len(on_kept) == 3 and on_kept == on_fresh

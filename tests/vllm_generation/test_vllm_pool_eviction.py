@@ -14,6 +14,7 @@ process could not even start (its KV cache share went to the first).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -28,15 +29,17 @@ from pathlib import Path
 import psutil
 import pytest
 
+from service.base_models.built_in.model_building import directory_digest
+from service.base_models.built_in.tiny_model import TINY_MODEL_NAME, ensure_tiny_model, save_qwen2
 from service.inference.protocol import GenerationRequest
 from service.settings import Settings
-from tests.vllm_generation.conftest import MODEL_CACHE_DIR
+from tests.vllm_generation.conftest import MODEL_CACHE_DIR, VLLM_CACHE_ROOT
 from workers.inference.pool import ModelPool
-from workers.training.tiny_model import TINY_MODEL_NAME, ensure_tiny_model, save_qwen2
 
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
+FRESH_ANSWERS_DIR = VLLM_CACHE_ROOT / "fresh-engine-answers"
 PROMPT = "The cat and the dog"
 MAX_TOKENS = 12
 # An engine on CPU is ~2.3 GiB (its EngineCore and worker processes, KV cache included): after
@@ -90,6 +93,34 @@ def other_model(name: str) -> Path:
     return target
 
 
+def fresh_engine_tokens(directory: str, prompt_ids: str) -> list[int]:
+    """A fresh engine's greedy tokens for the model in ``directory``. An engine start is
+    ~30 s on 2 cores, so the answer is kept beside vLLM's compile cache, which is keyed by the
+    vLLM, torch and transformers pins; its file is keyed by the model's bytes and everything
+    the fresh engine is given. Another version or model computes it afresh."""
+    key = hashlib.sha256(
+        "\n".join(
+            [directory_digest(Path(directory)), FRESH_ENGINE, prompt_ids, str(MAX_TOKENS)]
+        ).encode()
+    ).hexdigest()[:24]
+    kept = FRESH_ANSWERS_DIR / f"{key}.json"
+    if kept.is_file():
+        return list(json.loads(kept.read_text()))
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_ENGINE, directory, prompt_ids, str(MAX_TOKENS)],
+        env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("TOKENS ")]
+    assert done.returncode == 0 and lines, done.stderr[-4000:]
+    tokens: list[int] = json.loads(lines[-1].removeprefix("TOKENS "))
+    FRESH_ANSWERS_DIR.mkdir(parents=True, exist_ok=True)
+    staging = kept.with_suffix(f".{os.getpid()}.tmp")
+    staging.write_text(json.dumps(tokens))
+    os.replace(staging, kept)
+    return tokens
+
+
 def request(model: str) -> GenerationRequest:
     return GenerationRequest(
         base_model=model, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0, top_p=1, n=1
@@ -114,14 +145,7 @@ def fresh_answers(models: dict[str, str]) -> dict[str, str]:
     for name, directory in models.items():
         tokenizer = AutoTokenizer.from_pretrained(directory)
         prompt_ids = json.dumps(tokenizer(PROMPT)["input_ids"])
-        done = subprocess.run(
-            [sys.executable, "-c", FRESH_ENGINE, directory, prompt_ids, str(MAX_TOKENS)],
-            env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
-            cwd=REPO, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        lines = [line for line in done.stdout.splitlines() if line.startswith("TOKENS ")]
-        assert done.returncode == 0 and lines, done.stderr[-4000:]
-        tokens = json.loads(lines[-1].removeprefix("TOKENS "))
+        tokens = fresh_engine_tokens(directory, prompt_ids)
         answers[name] = ModelPool._choice(tokenizer, tokens, request(name)).text
     # Distinct models: an answer proves which one generated it.
     assert len(set(answers.values())) == len(answers), answers
@@ -194,7 +218,8 @@ def test_engines_are_kept_up_to_the_limit_and_the_least_recently_used_goes(
     """Two engines at most (a limit of one is the same eviction with nothing kept beside):
     both answer, the third model evicts the one used least recently, whose process ends and
     gives its memory back, and an engine whose process died is started afresh. Four engine
-    starts in all: on 2 cores each is ~30 s."""
+    starts in all (and three fresh ones for the expected answers, unless kept): on 2 cores
+    each is ~30 s."""
     from vllm.v1.engine.exceptions import EngineDeadError
 
     first, second, third = models

@@ -19,6 +19,7 @@ import httpx
 import pytest
 import torch
 
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.demo import demo_dataset
 from service.embedded import free_port
 from service.jobs.hyperparameters import Hyperparameters
@@ -30,7 +31,6 @@ from tests.vllm_generation.test_vllm_training import LOGP_GAP, SYNCED_GAP_BOUND
 from workers.training.generation import Generation, VllmServer
 from workers.training.grpo import TrainingOutcome, TrainingSpec, run_grpo
 from workers.training.step_records import StepRecord
-from workers.training.tiny_model import ensure_tiny_model
 
 
 def server_mode_problem() -> str | None:

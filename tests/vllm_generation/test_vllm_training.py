@@ -27,6 +27,7 @@ from tests.training.harness import RecordingObserver, letter_config, reward_sand
 from tests.vllm_generation.conftest import MODEL_CACHE_DIR
 from workers.training.generation import DEFAULT_MEMORY_FRACTION, Generation
 from workers.training.grpo import TrainingSpec, run_grpo
+from workers.training.kept_engine import EngineKeeper
 
 pytestmark = pytest.mark.vllm
 
@@ -65,6 +66,7 @@ def train(
     train_steps: int,
     observer: RecordingObserver | None = None,
     validation: list[dict[str, Any]] | None = None,
+    engines: EngineKeeper | None = None,
     **hyperparameters: Any,
 ) -> RecordingObserver:
     spec = TrainingSpec(
@@ -82,7 +84,7 @@ def train(
     observer = observer or RecordingObserver()
     sandbox = reward_sandbox()
     try:
-        run_grpo(spec, sandbox, observer)
+        run_grpo(spec, sandbox, observer, engines=engines)
     finally:
         sandbox.close()
     return observer

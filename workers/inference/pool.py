@@ -31,10 +31,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from service.artifacts.storage import S3_SCHEME, ArtifactStore, artifact_store
+from service.base_models.built_in.tiny_model import BUILT_IN_MODEL_NAMES, resolve_base_model
 from service.inference.protocol import GeneratedChoice, GenerationRequest, GenerationResult
 from service.settings import Settings
 from workers.training.generation import Generation, choose_generation
-from workers.training.tiny_model import BUILT_IN_MODEL_NAMES, resolve_base_model
 
 # The base-model name a fully fine-tuned job's model is loaded under (never a hub id or path).
 WHOLE_MODEL_PREFIX = "whole-model:"

@@ -85,6 +85,11 @@ def usable_cuda_devices() -> int:
     return probe_cuda().usable_gpus
 
 
+def driver_lists_gpus() -> bool:
+    """Whether the NVIDIA driver lists a GPU this process may see (torch not asked)."""
+    return _driver_gpus() > 0
+
+
 def _driver_gpus() -> int:
     """GPUs the driver lists (``/proc/driver/nvidia/gpus``), narrowed by CUDA_VISIBLE_DEVICES."""
     gpus = Path(NVIDIA_PROC) / "gpus"

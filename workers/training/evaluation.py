@@ -25,7 +25,7 @@ from trl.models import unwrap_model_for_generation
 from sandbox.agent_api import conversational_prompt
 from sandbox.api import FunctionResult
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training.agents import agent_metrics
+from workers.training.agents.trajectories import agent_metrics
 from workers.training.engines import FSDP_ENGINE
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.ranks import RankGroup
@@ -37,6 +37,7 @@ from workers.training.reward_dispatch import (
 )
 from workers.training.reward_stats import function_metrics, mean_and_std
 from workers.training.step_records import EvalRecord
+from workers.training.trainer_common import evaluation_due
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +94,7 @@ class Evaluator:
         self.settings = settings
 
     def due(self, step: int, last_step: int) -> bool:
-        every = self.settings.every
-        return step >= last_step or (every is not None and step % every == 0)
+        return evaluation_due(step, last_step, self.settings.every)
 
     def evaluate(
         self,

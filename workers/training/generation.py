@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.jobs.gpu_memory import MemoryPlan, vllm_max_model_length
+from service.gpu.memory_plan import MemoryPlan, vllm_max_model_length
 from service.jobs.hyperparameters import Hyperparameters
 from service.settings import Settings
 from workers.failures import GenerationSetupError
@@ -78,7 +78,7 @@ class Generation:
         self, hp: Hyperparameters, memory: MemoryPlan | None = None
     ) -> dict[str, Any]:
         """The GRPOConfig fields that select and configure generation. ``memory``: the plan
-        sized for this job and GPU (workers.training.vllm_memory), whose share vLLM gets
+        sized for this job and GPU (workers.training.colocated_vllm_sizing), whose share vLLM gets
         unless the job gives one."""
         if not self.uses_vllm:
             return {"use_vllm": False}
@@ -149,6 +149,11 @@ def release_vllm(trainer: Any) -> None:
     vllm_generation = getattr(trainer, "vllm_generation", None)
     if vllm_generation is None:
         return
+    own_process = getattr(vllm_generation, "close", None)
+    if own_process is not None:
+        # Async generation's engine (workers.training.async_generation): a process to stop.
+        own_process()
+        return
     try:
         llm = getattr(vllm_generation, "llm", None)
         if llm is not None:
@@ -169,11 +174,36 @@ def release_vllm(trainer: Any) -> None:
 
 
 def shut_down_engine(llm: Any) -> None:
-    """Shut a colocated ``LLM`` down: unfreezes the collector, destroys vLLM's process groups
-    (under external_launcher the default group too: the trainer's own; call this after the
-    last collective), empties device caches."""
+    """Shut a colocated ``LLM`` down: vLLM's shutdown destroys its process groups (under
+    external_launcher the default group too: the trainer's own; call this after the last
+    collective); then its CUDA-graph pool is forgotten and device caches emptied."""
     llm.llm_engine.engine_core.shutdown()
     gc.collect()
+    forget_graph_pool()
+
+
+def forget_graph_pool() -> None:
+    """Let the next engine of this process capture its CUDA graphs into a pool of its own.
+
+    vLLM keeps one CUDA-graph memory pool per process, on the platform class
+    (``Platform._global_graph_pool``), made when the first engine captures. An engine's
+    shutdown frees its graphs but leaves the handle: the pool then has no user left
+    (use_count 0), and the next engine's capture reopens it, which PyTorch's allocator refuses
+    (``it->second->use_count > 0 INTERNAL ASSERT FAILED``: seen on an H200, a sleep-mode engine
+    started in a process whose earlier engine had been shut down; vLLM's own profiling
+    swaps in a throwaway pool for the same reason). Without CUDA graphs (CPU) there is none.
+    """
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # no vLLM: no engine ever ran here
+        return
+    platform = type(current_platform)
+    if getattr(platform, "_global_graph_pool", None) is not None:
+        platform._global_graph_pool = None
+    import torch
+
+    if torch.cuda.is_initialized():  # the freed graphs' blocks go back to the device
+        torch.cuda.empty_cache()
 
 
 def vllm_unusable_reason(device: Device) -> str | None:

@@ -8,44 +8,49 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import Dataset
 from transformers import (
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
     PrinterCallback,
-    Trainer,
 )
 from trl import GRPOConfig
 
 from sandbox.agent_api import AgentSandbox, conversational_prompt
 from sandbox.api import RewardSandbox
-from service.artifacts.storage import OPTIMIZER_FILE
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.jobs.hyperparameters import Hyperparameters
-from workers.training import kept_engine, model_options
-from workers.training.agents import AgentSession
+from workers.training import model_options
+from workers.training.agents.session import AgentSession
+from workers.training.async_generation import (
+    AsyncRolloutTrainer,
+    RolloutEngine,
+    async_grpo_arguments,
+    start_rollout_engine,
+)
+from workers.training.colocated_vllm_sizing import colocated_memory_plan
 from workers.training.cuda import usable_cuda_devices
 from workers.training.evaluation import Evaluator, ValidationSettings
 from workers.training.generation import release_vllm
 from workers.training.grpo_trainer import RecordingGRPOTrainer
+from workers.training.kept_engine import EngineKeeper
 from workers.training.observer import TrainingObserver
 from workers.training.reward_dispatch import DATASET_INDEX_COLUMN, RewardDispatcher
 from workers.training.reward_models import RewardModelScorer
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.starting_weights import (
-    StartingOptimizerState,
     reference_in_adapter_dtype,
 )
-from workers.training.step_reporting import RunControl, StepReporter
-from workers.training.tiny_model import resolve_base_model
-from workers.training.vllm_memory import colocated_memory_plan
+from workers.training.step_reporting import StepReporter
+from workers.training.trainer_common import (
+    device_switch,
+    load_tokenizer,
+    shared_training_arguments,
+    train_and_save,
+)
 
 logger = logging.getLogger(__name__)
-
-ADAPTER_DIRNAME = "adapter"
 
 
 def run_grpo(
@@ -53,6 +58,8 @@ def run_grpo(
     sandbox: RewardSandbox,
     observer: TrainingObserver,
     agent_sandbox: AgentSandbox | None = None,
+    *,
+    engines: EngineKeeper | None = None,
 ) -> TrainingOutcome:
     """Train a LoRA adapter with GRPO, scoring in ``sandbox``, reporting each step to ``observer``.
 
@@ -65,7 +72,11 @@ def run_grpo(
 
     Agent jobs (tools or environments in the config) run that code in ``agent_sandbox``,
     which the caller also owns.
+
+    ``engines``: the process's kept vLLM engine, when its owner (the worker's spare) keeps one
+    from job to job; without it the run's engine is shut down at its end.
     """
+    engines = engines if engines is not None else EngineKeeper()
     agents = None
     if is_agent_job(spec):
         if agent_sandbox is None:
@@ -79,7 +90,7 @@ def run_grpo(
         reward_models=RewardModelScorer(spec.model_cache_dir),
     )
     dispatcher.load_initial()
-    trainer = build_trainer(spec, dispatcher)
+    trainer = build_trainer(spec, dispatcher, engines)
     try:
         outcome = _train_and_save(spec, trainer, dispatcher, observer)
     except BaseException:
@@ -90,7 +101,7 @@ def run_grpo(
     # the default process group, which is the trainer's own; FSDP and ZeRO-3 gather the
     # adapter's weights over it to save them. A one-process job's engine may stay for the
     # next job instead (kept_engine).
-    kept_engine.keep_or_release(trainer, _release_generation)
+    engines.keep_or_release(trainer, _release_generation)
     return outcome
 
 
@@ -123,29 +134,6 @@ def _train_and_save(
     return train_and_save(spec, trainer, reporter)
 
 
-def train_and_save(spec: TrainingSpec, trainer: Trainer, reporter: RunControl) -> TrainingOutcome:
-    """Run ``trainer`` (GRPO's or SFT's, ``reporter`` among its callbacks) from the job's start
-    or its checkpoint, then save what it trained where the worker collects it."""
-    trainer.add_callback(reporter)
-    if spec.init_optimizer and spec.resume_from_checkpoint is None:
-        # A resume has its own optimizer state, in its checkpoint.
-        assert spec.init_adapter is not None
-        trainer.add_callback(StartingOptimizerState(spec.init_adapter / OPTIMIZER_FILE))
-
-    resume = str(spec.resume_from_checkpoint) if spec.resume_from_checkpoint else None
-    trainer.train(resume_from_checkpoint=resume)
-
-    adapter_path = Path(spec.output_dir) / ADAPTER_DIRNAME
-    # A PEFT model saves only the adapter (a whole model when every weight trained); the
-    # tokenizer makes the folder loadable alone.
-    trainer.save_model(str(adapter_path))
-    return TrainingOutcome(
-        steps_completed=trainer.state.global_step,
-        stop_reason=reporter.stop_reason,
-        adapter_path=adapter_path,
-    )
-
-
 def _release_generation(trainer: RecordingGRPOTrainer) -> None:
     """Shut vLLM down (engine, or the server's weight-sync channel) on every path, logging a
     failure rather than raising it: by now the run has its outcome (its adapter saved) or its
@@ -162,23 +150,49 @@ def is_agent_job(spec: TrainingSpec) -> bool:
     return bool(spec.reward_config.tools or spec.reward_config.environments)
 
 
-def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> RecordingGRPOTrainer:
-    """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function."""
+def build_trainer(
+    spec: TrainingSpec, dispatcher: RewardDispatcher, engines: EngineKeeper | None = None
+) -> RecordingGRPOTrainer:
+    """The TRL trainer for ``spec`` with ``dispatcher`` as its only reward function; its vLLM
+    engine (if any) starts through ``engines`` (a kept one may serve it)."""
     hp = spec.hyperparameters
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = usable_cuda_devices() > 0
     use_bf16 = use_cuda and torch.cuda.is_bf16_supported()
+    if hp.async_generation is not None:
+        # Its own process and engine; it starts while the trainer is built below.
+        engine = start_rollout_engine(spec, model_path)
+        try:
+            return _build_trainer(
+                spec, dispatcher, model_path, use_cuda, use_bf16, rollout_engine=engine
+            )
+        except BaseException:
+            engine.close()
+            raise
     if spec.generation.vllm_on_cpu:
         # Before the trainer starts vLLM: its CPU backend must keep weights TRL can sync.
         from workers.training.vllm_cpu import keep_plain_linear_weights
 
         keep_plain_linear_weights()
-    if spec.generation.uses_vllm and spec.generation.server is None:
-        # A colocated engine kept from this process's last job may serve this one.
-        kept_engine.install()
+    if spec.generation.uses_vllm:
+        # A colocated engine kept from this process's last job may serve this one (any other
+        # vLLM job shuts it down first).
+        with (engines or EngineKeeper()).routing_engine_starts():
+            return _build_trainer(spec, dispatcher, model_path, use_cuda, use_bf16)
+    return _build_trainer(spec, dispatcher, model_path, use_cuda, use_bf16)
 
-    tokenizer = _load_tokenizer(model_path)
-    use_bf16 = _device_switch(hp.bf16, auto=use_bf16)
+
+def _build_trainer(
+    spec: TrainingSpec,
+    dispatcher: RewardDispatcher,
+    model_path: str,
+    use_cuda: bool,
+    use_bf16: bool,
+    rollout_engine: RolloutEngine | None = None,
+) -> RecordingGRPOTrainer:
+    hp = spec.hyperparameters
+    tokenizer = load_tokenizer(model_path)
+    use_bf16 = device_switch(hp.bf16, auto=use_bf16)
     # Before the model, as when TRL loads it itself: the config sets torch.distributed up, so
     # from_pretrained knows it loads for FSDP (transformers' is_fsdp_enabled, with
     # cpu_ram_efficient_loading: engines._fsdp). No effect under the other engines.
@@ -186,7 +200,18 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
     model, lora = model_options.load_trained_model(
         hp, model_path, args, use_cuda=use_cuda, init_adapter=spec.init_adapter
     )
-    trainer = RecordingGRPOTrainer(
+    trainer_class: type[RecordingGRPOTrainer] = RecordingGRPOTrainer
+    async_options: dict[str, Any] = {}
+    if rollout_engine is not None and hp.async_generation is not None:
+        trainer_class = AsyncRolloutTrainer
+        async_options = {
+            "rollout_engine": rollout_engine,
+            "max_staleness": hp.async_generation.max_staleness,
+            "prompts_per_step": hp.prompts_per_step,
+            # A rollout's sampling config: the live config's version when it was requested.
+            "config_version": lambda: dispatcher.config.version,
+        }
+    trainer = trainer_class(
         model=model,
         reward_funcs=[dispatcher],
         args=args,
@@ -204,6 +229,7 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         mask_truncated_completions=hp.mask_truncated_completions,
         reproducible_sampling=hp.reproducible_sampling,
         agent_session=dispatcher.agents,
+        **async_options,
     )
     try:
         if spec.init_adapter is not None:
@@ -217,16 +243,6 @@ def build_trainer(spec: TrainingSpec, dispatcher: RewardDispatcher) -> Recording
         _release_generation(trainer)  # vLLM has started with the trainer
         raise
     return trainer
-
-
-def _load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
-    # Left padding and truncation as TRL sets them when it loads the tokenizer itself.
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_path, padding_side="left", truncation_side="left"
-    )
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 def _indexed_dataset(
@@ -275,7 +291,6 @@ def _grpo_config(
     # torchrun says how many processes share the job; one process is a world of one.
     micro_batch, accumulation = per_rank_batches(hp, int(os.environ.get("WORLD_SIZE", "1")))
     return GRPOConfig(
-        output_dir=str(spec.output_dir),
         # One generation per optimizer step: the step's batch is exactly its completions, so
         # a step's record, config version and advantages all describe the same samples. The
         # backward pass runs on micro-batches of that one generation (gradient accumulation),
@@ -285,7 +300,6 @@ def _grpo_config(
         steps_per_generation=accumulation,
         num_iterations=1,
         num_generations=hp.num_generations,
-        optim=model_options.optimizer_name(hp),
         max_completion_length=hp.max_completion_length,
         temperature=hp.temperature,
         top_p=hp.top_p,
@@ -297,45 +311,15 @@ def _grpo_config(
         # With stop sequences the trainer masks truncated completions itself (TRL would take
         # a completion ended by a stop sequence for a truncated one).
         mask_truncated_completions=hp.mask_truncated_completions and not hp.stop,
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type=hp.lr_scheduler_type,
-        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
-        warmup_steps=hp.warmup_ratio,
-        max_grad_norm=hp.max_grad_norm,
-        max_steps=hp.train_steps,
-        seed=hp.seed,
-        data_seed=hp.seed,
         shuffle_dataset=True,
         # Extra dataset columns are reward inputs, not model inputs: keep them.
         remove_unused_columns=False,
-        # TRL's defaults target GPUs: bf16 and gradient checkpointing slow CPU down or fail, so
-        # "auto" turns them on only with CUDA. (activation_checkpointing is transformers' new
-        # name; it overrides TRL's default True.)
-        bf16=use_bf16,
-        fp16=False,
-        activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
-        dataloader_pin_memory=use_cuda,
-        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone
-        # (docs/measured-facts.md, "One job on several processes").
-        use_cpu=not use_cuda,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
-        save_total_limit=spec.keep_checkpoints,
-        # Optimizer and RNG state are needed to resume; the adapter is all the model we save.
-        save_only_model=False,
-        # Trackers read their settings from the environment (README: experiment trackers);
-        # TensorBoard writes under output_dir/runs.
-        report_to=list(hp.report_to) or "none",
-        run_name=Path(spec.output_dir).name,  # the job id: the run's name in trackers
-        disable_tqdm=True,
         log_completions=False,
-        dataloader_num_workers=0,
         max_tool_calling_iterations=hp.max_turns,
-        **spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path)),
+        **shared_training_arguments(spec, use_cuda=use_cuda, use_bf16=use_bf16),
+        **(
+            async_grpo_arguments()
+            if hp.async_generation is not None
+            else spec.generation.grpo_arguments(hp, colocated_memory_plan(spec, model_path))
+        ),
     )
-
-
-def _device_switch(setting: bool | str, *, auto: bool) -> bool:
-    """A hyperparameter that is True, False, or "auto" (what this device supports)."""
-    return auto if setting == "auto" else bool(setting)

@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import add_fused_lm_head, pad
 
-from workers.training.agents import AgentSession
+from workers.training.agents.session import AgentSession
 from workers.training.reproducible_sampling import KeyedGumbelSampling, sampling_warpers
 from workers.training.stop_sequences import stop_length
 
@@ -219,6 +219,11 @@ class RecordingGRPOTrainer(GRPOTrainer):
             advantages = advantages[:, 0]
         self.last_advantages = advantages.detach().float().cpu().tolist()
         return output
+
+    def async_generation_record(self, step: int, logs: dict[str, Any]) -> dict[str, Any] | None:
+        """The step's rollout staleness and importance ratios; only async generation
+        (workers.training.async_generation) has any."""
+        return None
 
     def _tokenize_prompts(self, prompts: list[Any]) -> Any:
         # TRL 1.16 dropped max_prompt_length; keep the end of the prompt, where the question is.

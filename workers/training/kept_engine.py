@@ -24,17 +24,21 @@ What makes an adopted engine the same as a fresh one:
   launch. They are put back as they were before the engine, and set again on adoption.
 
 Only one-process colocated jobs keep engines (an engine of a torchrun or accelerate job lives
-in ranks that exit with the job), and only where the process allows it (``allow_keeping``:
-the worker's spare, under ``RFT_VLLM_KEEP_ENGINE``).
+in ranks that exit with the job), and only where the process allows it: the state is an
+``EngineKeeper`` object, made by the worker's spare (``workers.training.spare``, with
+``may_keep`` under ``RFT_VLLM_KEEP_ENGINE``) and passed to each job it runs (``run_rank``,
+``run_grpo``); TRL's engine start is routed through it only while that job's trainer is built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import random
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +51,8 @@ logger = logging.getLogger(__name__)
 
 # What TRL's colocate start sets for vLLM (VLLMGeneration._init_vllm, ensure_master_addr_port).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-_PATCHED_MARK = "_rft_keeps_engines"
+# On our stand-in for TRL's _init_vllm: the method it stands in for.
+_ORIGINAL_ATTRIBUTE = "_rft_trl_init_vllm"
 # On a VLLMGeneration whose engine may be kept: how it started (_Start).
 _START_ATTRIBUTE = "_rft_engine_start"
 
@@ -129,131 +134,132 @@ class _Start:
     variables_before: dict[str, str | None]
 
 
-@dataclass
-class _Process:
-    """This process's part: whether it may keep an engine, and the one it keeps."""
+class EngineKeeper:
+    """A training process's kept engine: whether it may keep one, the one it keeps, and the
+    route of TRL's colocated engine start through ``_start_or_adopt`` while a trainer is built.
 
-    allowed: bool = False
-    kept: _KeptEngine | None = None
-    adoptions: int = 0
+    Owned by whoever runs the process's jobs: the worker's spare makes one (``may_keep``
+    under ``RFT_VLLM_KEEP_ENGINE``) and hands it to every job it runs; any other run gets one
+    of its own that keeps nothing (its engine is shut down with the run).
+    """
 
+    def __init__(self, *, may_keep: bool = False) -> None:
+        self.may_keep = may_keep
+        self._kept: _KeptEngine | None = None
+        self._adoptions = 0
 
-_process = _Process()
+    @contextlib.contextmanager
+    def routing_engine_starts(self) -> Iterator[None]:
+        """While a trainer is built in this block, TRL's colocated engine start
+        (``VLLMGeneration._init_vllm``, called from its constructor) goes through this
+        keeper; TRL's own method is back in place after the block."""
+        from trl.generation.vllm_generation import VLLMGeneration
 
+        original = VLLMGeneration.__dict__["_init_vllm"]
+        trl_start = getattr(original, _ORIGINAL_ATTRIBUTE, original)
 
-def allow_keeping() -> None:
-    """Let this process keep a job's engine for the next (the worker's spare does)."""
-    _process.allowed = True
+        def init_vllm(generation: Any) -> None:
+            self._start_or_adopt(generation, trl_start)
 
+        setattr(init_vllm, _ORIGINAL_ATTRIBUTE, trl_start)
+        setattr(VLLMGeneration, "_init_vllm", init_vllm)  # noqa: B010 (mypy: no method assignment)
+        try:
+            yield
+        finally:
+            setattr(VLLMGeneration, "_init_vllm", original)  # noqa: B010
 
-def install() -> None:
-    """Route TRL's colocated engine start through ``_start_or_adopt``. Idempotent; call it
-    before a trainer that generates with vLLM is built."""
-    from trl.generation.vllm_generation import VLLMGeneration
+    def kept_model(self) -> str | None:
+        """The model of the engine this process keeps, or None."""
+        return self._kept.key.model if self._kept is not None else None
 
-    original = VLLMGeneration._init_vllm
-    if getattr(original, _PATCHED_MARK, False):
-        return
+    def adoptions(self) -> int:
+        """How many trainers adopted a kept engine (for logs and tests)."""
+        return self._adoptions
 
-    def init_vllm(self: Any) -> None:
-        _start_or_adopt(self, original)
+    def keep_or_release(self, trainer: Any, release: Any) -> bool:
+        """At a run's successful end: keep ``trainer``'s colocated engine for the next job where
+        this process may, else ``release(trainer)``. Whether it was kept."""
+        generation = getattr(trainer, "vllm_generation", None)
+        llm = getattr(generation, "llm", None)
+        start: _Start | None = getattr(generation, _START_ATTRIBUTE, None)
+        if not self.may_keep or generation is None or llm is None or start is None:
+            release(trainer)
+            return False
+        key = start.key
+        generation.llm = None
+        launch_variables = {
+            name: os.environ[name] for name in _LAUNCH_VARIABLES if name in os.environ
+        }
+        _restore_variables(start.variables_before)
+        try:
+            # Cached prefixes are the last job's weights' KV: never served to the next job.
+            llm.reset_prefix_cache()
+            if key.enable_sleep_mode and not llm.llm_engine.is_sleeping():
+                llm.sleep(level=2)  # as TRL leaves a fresh engine: the weights come with the sync
+        except Exception:
+            logger.exception("could not keep the vLLM engine for the next job; shutting it down")
+            shut_down_engine(llm)
+            return False
+        self._kept = _KeptEngine(key, llm, start.random_after_start, launch_variables)
+        # The run's objects (trainer, model, optimizer) were allocated before vLLM froze the
+        # collector's view of the heap at its start: without unfreezing they would never be
+        # freed.
+        gc.unfreeze()
+        gc.collect()
+        if torch.cuda.is_initialized():  # the run used CUDA: give its cached blocks back
+            torch.cuda.empty_cache()
+        logger.info("keeping the vLLM engine of %s for the next job", key.model)
+        return True
 
-    setattr(init_vllm, _PATCHED_MARK, True)
-    setattr(VLLMGeneration, "_init_vllm", init_vllm)  # noqa: B010 (mypy: no method assignment)
+    def release_kept(self) -> None:
+        """Shut the kept engine down (no-op when none is kept)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            logger.info("shutting down the kept vLLM engine of %s", kept.key.model)
+            shut_down_engine(kept.llm)
 
-
-def kept_model() -> str | None:
-    """The model of the engine this process keeps, or None."""
-    return _process.kept.key.model if _process.kept is not None else None
-
-
-def adoptions() -> int:
-    """How many trainers of this process adopted a kept engine (for logs and tests)."""
-    return _process.adoptions
-
-
-def keep_or_release(trainer: Any, release: Any) -> bool:
-    """At a run's successful end: keep ``trainer``'s colocated engine for the next job where
-    this process may, else ``release(trainer)``. Whether it was kept."""
-    generation = getattr(trainer, "vllm_generation", None)
-    llm = getattr(generation, "llm", None)
-    start: _Start | None = getattr(generation, _START_ATTRIBUTE, None)
-    if not _process.allowed or generation is None or llm is None or start is None:
-        release(trainer)
-        return False
-    key = start.key
-    generation.llm = None
-    launch_variables = {name: os.environ[name] for name in _LAUNCH_VARIABLES if name in os.environ}
-    _restore_variables(start.variables_before)
-    try:
-        # Cached prefixes are the last job's weights' KV: never served to the next job.
-        llm.reset_prefix_cache()
-        if key.enable_sleep_mode and not llm.llm_engine.is_sleeping():
-            llm.sleep(level=2)  # as TRL leaves a fresh engine: the weights come with the sync
-    except Exception:
-        logger.exception("could not keep the vLLM engine for the next job; shutting it down")
-        shut_down_engine(llm)
-        return False
-    _process.kept = _KeptEngine(key, llm, start.random_after_start, launch_variables)
-    # The run's objects (trainer, model, optimizer) were allocated before vLLM froze the
-    # collector's view of the heap at its start: without unfreezing they would never be freed.
-    gc.unfreeze()
-    gc.collect()
-    if torch.cuda.is_initialized():  # the run used CUDA: give its cached blocks back
-        torch.cuda.empty_cache()
-    logger.info("keeping the vLLM engine of %s for the next job", key.model)
-    return True
-
-
-def release_kept() -> None:
-    """Shut the kept engine down (no-op when none is kept)."""
-    kept, _process.kept = _process.kept, None
-    if kept is not None:
-        logger.info("shutting down the kept vLLM engine of %s", kept.key.model)
-        shut_down_engine(kept.llm)
-
-
-def _start_or_adopt(generation: Any, start: Any) -> None:
-    """TRL's ``_init_vllm`` for ``generation``, adopting the kept engine when it is the one
-    ``start`` would build."""
-    one_process_colocate = (
-        generation.mode == "colocate" and generation.accelerator.num_processes == 1
-    )
-    if not one_process_colocate:
-        release_kept()
-        start(generation)
-        return
-    key = EngineKey.of(generation)
-    kept = _process.kept
-    if kept is not None and kept.key != key:
-        logger.info(
-            "the kept vLLM engine does not fit this job (kept %s, needed %s): starting a new one",
-            kept.key,
-            key,
+    def _start_or_adopt(self, generation: Any, start: Any) -> None:
+        """TRL's ``_init_vllm`` for ``generation``, adopting the kept engine when it is the one
+        ``start`` would build."""
+        one_process_colocate = (
+            generation.mode == "colocate" and generation.accelerator.num_processes == 1
         )
-        release_kept()
-        kept = None
-    variables_before = {name: os.environ.get(name) for name in _LAUNCH_VARIABLES}
-    if kept is None:
-        if not os.environ.get("MASTER_PORT"):
-            # vLLM's one-process group listens there. TRL would pick 29500 whenever its check
-            # calls it free, which it does while another process's engine listens on it (seen:
-            # a kept engine in a worker, then any other one-process engine on the machine
-            # failed with EADDRINUSE). A port the kernel hands out is free.
-            os.environ["MASTER_PORT"] = str(_free_port())
-        start(generation)
-        random_after_start = _RandomState.capture()
-    else:
-        _process.kept = None
-        os.environ.update(kept.launch_variables)
-        generation.llm = kept.llm
-        generation._llm_weights_sleeping = key.enable_sleep_mode
-        random_after_start = kept.random_after_start
-        random_after_start.restore()
-        _process.adoptions += 1
-        logger.info("reusing the kept vLLM engine of %s (no model load, no compile)", key.model)
-    if _process.allowed:
-        setattr(generation, _START_ATTRIBUTE, _Start(key, random_after_start, variables_before))
+        if not one_process_colocate:
+            self.release_kept()
+            start(generation)
+            return
+        key = EngineKey.of(generation)
+        kept = self._kept
+        if kept is not None and kept.key != key:
+            logger.info(
+                "the kept vLLM engine does not fit this job (kept %s, needed %s): "
+                "starting a new one",
+                kept.key,
+                key,
+            )
+            self.release_kept()
+            kept = None
+        variables_before = {name: os.environ.get(name) for name in _LAUNCH_VARIABLES}
+        if kept is None:
+            if not os.environ.get("MASTER_PORT"):
+                # vLLM's one-process group listens there. TRL would pick 29500 whenever its
+                # check calls it free, which it does while another process's engine listens on
+                # it (seen: a kept engine in a worker, then any other one-process engine on the
+                # machine failed with EADDRINUSE). A port the kernel hands out is free.
+                os.environ["MASTER_PORT"] = str(_free_port())
+            start(generation)
+            random_after_start = _RandomState.capture()
+        else:
+            self._kept = None
+            os.environ.update(kept.launch_variables)
+            generation.llm = kept.llm
+            generation._llm_weights_sleeping = key.enable_sleep_mode
+            random_after_start = kept.random_after_start
+            random_after_start.restore()
+            self._adoptions += 1
+            logger.info("reusing the kept vLLM engine of %s (no model load, no compile)", key.model)
+        if self.may_keep:
+            setattr(generation, _START_ATTRIBUTE, _Start(key, random_after_start, variables_before))
 
 
 def _free_port() -> int:

@@ -42,16 +42,11 @@ from workers.training.engines import (
     accelerate_config,
     check_engine_available,
 )
+from workers.training.forked_spares import CannotFork, SpareTemplate, TrainingProcess
 from workers.training.observer import TrainingObserver
-from workers.training.rank_process import (
-    FAILURE_FILE_PREFIX,
-    JOB_FILE,
-    SPARE_PRIORITY_ENV,
-    WORKER_SOCKET,
-    RankJob,
-    can_lower_threads,
-    raise_lowered_threads,
-)
+from workers.training.rank_process import FAILURE_FILE_PREFIX, JOB_FILE, WORKER_SOCKET, RankJob
+from workers.training.spare import SPARE_PRIORITY_ENV
+from workers.training.thread_priority import can_lower_threads, raise_lowered_threads
 
 if TYPE_CHECKING:
     from workers.training.spec import TrainingOutcome
@@ -59,6 +54,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RANK_MODULE = "workers.training.rank_process"
+SPARE_MODULE = "workers.training.spare"
 STOP_GRACE_S = 10.0
 # The calls rank 0 may make on the worker's observer.
 _OBSERVER_CALLS = frozenset(
@@ -71,29 +67,24 @@ _OBSERVER_CALLS = frozenset(
 Watchdog = Callable[[], None]
 
 
-_spare: subprocess.Popen[bytes] | None = None
-
-
 @dataclass
 class _EngineHolder:
     """A one-process job's training process that kept its vLLM engine (kept_engine) and
     waits on stdin for the next job on ``base_model``."""
 
-    process: subprocess.Popen[bytes]
+    process: TrainingProcess
     base_model: str
-
-
-_engine_holder: _EngineHolder | None = None
 
 
 def _start_rank_process(
     *args: str,
+    module: str = RANK_MODULE,
     stdin: int | None = None,
     env: dict[str, str] | None = None,
     own_session: bool = True,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", RANK_MODULE, *args],
+        [sys.executable, "-m", module, *args],
         stdin=stdin,
         env=env,
         # Its own session (or, for a spare, its own process group in the worker's session): a
@@ -104,40 +95,163 @@ def _start_rank_process(
     )
 
 
-def start_spare() -> None:
-    """Have a warm one-process trainer waiting for the next job (idempotent).
+class WarmProcesses:
+    """The training processes a worker keeps between jobs: the warm spare (the next
+    one-process job's, ``workers.training.spare``) and the process that kept its vLLM engine
+    for the next job on the same base model (``workers.training.kept_engine``). One of each
+    at most.
 
-    Call it from a thread that lives as long as the worker (the main thread): the spare's
-    PR_SET_PDEATHSIG fires when the thread that started it ends.
+    The worker owns one (``workers.lifecycle``, started when it is ready, stopped when it shuts
+    down) and hands it to each job's launch. Keep and start processes only from the thread
+    that lives as long as the worker (the main thread): their PR_SET_PDEATHSIG fires when the
+    thread that started them ends.
     """
-    global _spare
-    if _spare is not None and _spare.poll() is None:
-        return
-    # In the worker's session: its warm-up runs at the lowest CPU priority (SCHED_IDLE, nice
-    # 19), which only ranks it below threads of the same scheduling group. With autogroup
-    # scheduling (CONFIG_SCHED_AUTOGROUP, on in most distributions' kernels, where the worker
-    # is not in a cpu cgroup of its own) every session is such a group, and groups share the
-    # CPU evenly: in a session of its own the warm-up took half the CPU from the job it must
-    # not slow (bench/README.md, "The spare never slows a running job"). The comparison's
-    # "normal" (SPARE_PRIORITY_ENV) starts it as before, in a session of its own.
-    own_session = os.environ.get(SPARE_PRIORITY_ENV) == "normal"
-    _spare = _start_rank_process("--spare", stdin=subprocess.PIPE, own_session=own_session)
 
+    def __init__(self, *, keep_between_jobs: bool = True) -> None:
+        # False: processes for one job only (no next spare, no engine kept after it).
+        self._keep_between_jobs = keep_between_jobs
+        self._spare: TrainingProcess | None = None
+        self._engine_holder: _EngineHolder | None = None
+        # Where spares are forked (forked_spares): the warm template they come from.
+        self._forks_spares = keep_between_jobs and _forks_spares()
+        self._template: SpareTemplate | None = None
 
-def stop_spare() -> None:
-    global _spare
-    release_engine_holder()
-    if _spare is not None:
-        stop_process_group(_spare, grace_s=2.0)
-        _spare = None
+    def start_spare(self) -> None:
+        """Have a warm one-process trainer waiting for the next job (idempotent). Where spares
+        are forked and the template still warms up, none yet: ``take_spare`` waits for it."""
+        if self._spare is not None and self._spare.poll() is None:
+            return
+        self._spare = None
+        template = self._spare_template()
+        if template is not None:
+            if template.ready():
+                self._spare = self._fork_spare(template)
+            return
+        self._spare = self._start_new_spare()
 
+    def _start_new_spare(self) -> subprocess.Popen[bytes]:
+        return _start_rank_process(
+            module=SPARE_MODULE, stdin=subprocess.PIPE, own_session=_spares_in_own_session()
+        )
 
-def release_engine_holder() -> None:
-    """Stop the process that keeps a vLLM engine, giving its memory back (idempotent)."""
-    global _engine_holder
-    holder, _engine_holder = _engine_holder, None
-    if holder is not None:
+    def _spare_template(self) -> SpareTemplate | None:
+        """The template spares are forked from (started if none runs), or None where spares are
+        new processes: not forked here, or a template that cannot start on this thread."""
+        if not self._forks_spares:
+            return None
+        if self._template is not None:
+            if self._template.usable():
+                return self._template
+            logger.warning("the spare template exited; starting another")
+            self._template.stop()
+            self._template = None
+        # Its death signal follows the thread that starts it (as a spare's).
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        self._template = SpareTemplate(own_session=_spares_in_own_session())
+        return self._template
+
+    def _fork_spare(self, template: SpareTemplate) -> TrainingProcess:
+        try:
+            return template.fork_spare()
+        except CannotFork as why:
+            logger.warning("%s: starting a spare of its own", why)
+            return self._start_new_spare()
+
+    def stop(self) -> None:
+        """Stop the spare and the engine's holder (the worker shuts down)."""
+        self.release_engine_holder()
+        if self._spare is not None:
+            stop_process_group(self._spare, grace_s=2.0)
+            self._spare = None
+        if self._template is not None:
+            self._template.stop()
+            self._template = None
+
+    def release_engine_holder(self) -> None:
+        """Stop the process that keeps a vLLM engine, giving its memory back (idempotent)."""
+        holder, self._engine_holder = self._engine_holder, None
+        if holder is not None:
+            _stop_holder(holder)
+
+    def send_to_engine_holder(self, job_dir: Path, job: RankJob) -> TrainingProcess | None:
+        """The kept engine's process, given the job, when the job can use its engine: a GRPO
+        job on the same base model (the process itself checks the rest of the engine's settings
+        and starts a new engine when they differ). None otherwise, the holder stopped: every
+        other job needs the memory it holds."""
+        holder, self._engine_holder = self._engine_holder, None
+        if holder is None:
+            return None
+        fits = job.spec.method == "grpo" and job.spec.base_model == holder.base_model
+        if fits and holder.process.poll() is None:
+            try:
+                _send_job(holder.process, job_dir)
+                return holder.process
+            except OSError:  # it died between jobs
+                logger.warning("the training process that kept a vLLM engine is gone")
         _stop_holder(holder)
+        return None
+
+    def keep_engine_holder(self, process: TrainingProcess, base_model: str) -> None:
+        """Keep ``process`` (its job done, its engine kept) for the next job on ``base_model``."""
+        # Only the thread that lives as long as the worker may keep a process: its death
+        # signal follows the thread that started it (a spare, started there too).
+        if not self._keep_between_jobs or threading.current_thread() is not threading.main_thread():
+            stop_process_group(process)
+            return
+        self.release_engine_holder()
+        self._engine_holder = _EngineHolder(process, base_model)
+
+    def take_spare(self) -> TrainingProcess:
+        """The warm spare (started now if none waits), the worker's no longer."""
+        self.start_spare()
+        if self._spare is None:  # the template warms up: the job waits for it, as for a spare
+            template = cast(SpareTemplate, self._template)  # start_spare kept or started it
+            if can_lower_threads():
+                # Its warm-up thread finishes at the worker's priority, where this worker may.
+                with contextlib.suppress(OSError):
+                    raise_lowered_threads(template.pid)
+            self._spare = self._fork_spare(template)
+        spare, self._spare = self._spare, None
+        if not isinstance(spare, subprocess.Popen):
+            return spare  # forked at the worker's priority
+        # The spare warms up at the lowest CPU priority, in a thread of its own (spare.py,
+        # "The spare's priority"). A job now waits on it: where this worker may
+        # (CAP_SYS_NICE), its threads get the worker's priority back before the job is sent,
+        # so a warm-up still under way finishes at the job's priority. Elsewhere the spare
+        # sees to it itself.
+        if can_lower_threads():
+            with contextlib.suppress(OSError):
+                raise_lowered_threads(spare.pid)
+        return spare
+
+    def start_spare_here(self) -> None:
+        """``start_spare``, only from the thread that lives as long as the worker: the spare's
+        death signal follows the thread that started it (a test's thread would take it along
+        when it ends)."""
+        if self._keep_between_jobs and threading.current_thread() is threading.main_thread():
+            self.start_spare()
+
+
+def _spares_in_own_session() -> bool:
+    # In the worker's session: a spare's warm-up runs at the lowest CPU priority (SCHED_IDLE,
+    # nice 19), which only ranks it below threads of the same scheduling group. With
+    # autogroup scheduling (CONFIG_SCHED_AUTOGROUP, on in most distributions' kernels,
+    # where the worker is not in a cpu cgroup of its own) every session is such a group,
+    # and groups share the CPU evenly: in a session of its own the warm-up took half the
+    # CPU from the job it must not slow (bench/README.md, "The spare never slows a running
+    # job"). The comparison's "normal" (SPARE_PRIORITY_ENV) starts it as before, in a
+    # session of its own.
+    return os.environ.get(SPARE_PRIORITY_ENV) == "normal"
+
+
+def _forks_spares() -> bool:
+    """Whether this worker forks its spares from a template (``Settings.spare_fork``)."""
+    from service.settings import get_settings
+    from workers.training.cuda import driver_lists_gpus
+
+    mode = get_settings().spare_fork
+    return mode == "always" or (mode == "auto" and not driver_lists_gpus())
 
 
 def _stop_holder(holder: _EngineHolder) -> None:
@@ -145,50 +259,20 @@ def _stop_holder(holder: _EngineHolder) -> None:
     stop_process_group(holder.process)
 
 
-def _send_to_engine_holder(job_dir: Path, job: RankJob) -> subprocess.Popen[bytes] | None:
-    """The kept engine's process, given the job, when the job can use its engine: a GRPO job
-    on the same base model (the process itself checks the rest of the engine's settings and
-    starts a new engine when they differ). None otherwise, the holder stopped: every other
-    job needs the memory it holds."""
-    global _engine_holder
-    holder, _engine_holder = _engine_holder, None
-    if holder is None:
-        return None
-    fits = job.spec.method == "grpo" and job.spec.base_model == holder.base_model
-    if fits and holder.process.poll() is None:
-        try:
-            _send_job(holder.process, job_dir)
-            return holder.process
-        except OSError:  # it died between jobs
-            logger.warning("the training process that kept a vLLM engine is gone")
-    _stop_holder(holder)
-    return None
-
-
-def _send_job(process: subprocess.Popen[bytes], job_dir: Path) -> None:
+def _send_job(process: TrainingProcess, job_dir: Path) -> None:
     # stdin stays open: a process that keeps its engine reads its next job there.
     stdin = cast(IO[bytes], process.stdin)
     stdin.write(json.dumps({"job_dir": str(job_dir)}).encode() + b"\n")
     stdin.flush()
 
 
-def _take_spare() -> subprocess.Popen[bytes]:
-    global _spare
-    start_spare()
-    spare, _spare = cast(subprocess.Popen[bytes], _spare), None
-    # The spare warms up at the lowest CPU priority, in a thread of its own (rank_process,
-    # "The spare's priority"). A job now waits on it: where this worker may (CAP_SYS_NICE),
-    # its threads get the worker's priority back before the job is sent, so a warm-up still
-    # under way finishes at the job's priority. Elsewhere the spare sees to it itself.
-    if can_lower_threads():
-        with contextlib.suppress(OSError):
-            raise_lowered_threads(spare.pid)
-    return spare
-
-
 def _launch(
-    job_dir: Path, num_processes: int, engine: str = "ddp", rendezvous: Rendezvous | None = None
-) -> subprocess.Popen[bytes]:
+    job_dir: Path,
+    num_processes: int,
+    warm: WarmProcesses,
+    engine: str = "ddp",
+    rendezvous: Rendezvous | None = None,
+) -> TrainingProcess:
     """Start this machine's ``num_processes`` ranks; with a rendezvous, this machine's part of
     a job over several (every machine's launcher meets at node 0's address and port)."""
     if engine in ACCELERATE_ENGINES:
@@ -209,9 +293,9 @@ def _launch(
         if "TORCH_EXTENSIONS_DIR" not in env:
             env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
         return _start_rank_process("--exec", "--", *accelerate, env=env)
-    release_engine_holder()  # a new process: whatever the holder keeps, this job needs room
+    warm.release_engine_holder()  # a new process: whatever the holder keeps, this job needs room
     if num_processes == 1 and rendezvous is None:
-        spare = _take_spare()
+        spare = warm.take_spare()
         _send_job(spare, job_dir)
         # The next spare starts once this job has recorded its first step (_serve), and warms
         # up at the lowest CPU priority (rank_process): it only takes CPU this job leaves idle.
@@ -234,7 +318,7 @@ def _launch(
     return _start_rank_process("--exec", "--", *torchrun)
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+def stop_process_group(process: TrainingProcess, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process's group (every rank), SIGKILL what is left after ``grace_s``."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
@@ -248,16 +332,20 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_G
     process.wait()
 
 
-def run_grpo_in_processes(
+def run_training_processes(
     job: RankJob,
     observer: TrainingObserver,
     *,
+    warm: WarmProcesses | None = None,
     num_processes: int = 1,
     engine: str = "ddp",
     rendezvous: Rendezvous | None = None,
     watchdog: Watchdog | None = None,
 ) -> TrainingOutcome:
-    """Train ``job`` on ``num_processes`` processes; the TrainingOutcome of rank 0.
+    """Train ``job`` (GRPO or SFT) on ``num_processes`` processes; the TrainingOutcome of rank 0.
+
+    ``warm``: the worker's warm processes (its spare, a kept engine's holder); without it a
+    spare is started for this job alone and nothing is kept after it.
 
     With a ``rendezvous`` these are node 0's processes (rank 0 among them) of a job over several
     machines. ``watchdog`` is called twice a second; what it raises (a lost node) ends the run,
@@ -265,6 +353,20 @@ def run_grpo_in_processes(
     Raises TrainingProcessError when the processes fail, and whatever the observer raises.
     """
     _check_engine(engine)
+    if warm is None:
+        own = WarmProcesses(keep_between_jobs=False)
+        try:
+            return run_training_processes(
+                job,
+                observer,
+                warm=own,
+                num_processes=num_processes,
+                engine=engine,
+                rendezvous=rendezvous,
+                watchdog=watchdog,
+            )
+        finally:
+            own.stop()
     one_spare = num_processes == 1 and engine == "ddp" and rendezvous is None
     with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:  # 0700: ours alone
         job_dir = Path(folder)
@@ -272,9 +374,9 @@ def run_grpo_in_processes(
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(job_dir / WORKER_SOCKET))
         listener.listen(1)
-        launcher = _send_to_engine_holder(job_dir, job) if one_spare else None
+        launcher = warm.send_to_engine_holder(job_dir, job) if one_spare else None
         if launcher is None:
-            launcher = _launch(job_dir, num_processes, engine, rendezvous)
+            launcher = _launch(job_dir, num_processes, warm, engine, rendezvous)
         kept_engine = False
         try:
             connection = _accept(listener, launcher, watchdog)
@@ -284,36 +386,18 @@ def run_grpo_in_processes(
                     launcher,
                     observer,
                     job_dir,
-                    after_first_step=_start_spare_here if one_spare else None,
+                    after_first_step=warm.start_spare_here if one_spare else None,
                     watchdog=watchdog,
                 )
                 return outcome
         finally:
             listener.close()
             if kept_engine and one_spare:
-                _keep_engine_holder(launcher, job.spec.base_model)
+                warm.keep_engine_holder(launcher, job.spec.base_model)
             else:
                 stop_process_group(launcher)
             if one_spare:
-                _start_spare_here()  # warm for the next job (if the first step never came)
-
-
-def _keep_engine_holder(process: subprocess.Popen[bytes], base_model: str) -> None:
-    global _engine_holder
-    # Only the thread that lives as long as the worker may keep a process: its death signal
-    # follows the thread that started it (a spare, started there too).
-    if threading.current_thread() is not threading.main_thread():
-        stop_process_group(process)
-        return
-    release_engine_holder()
-    _engine_holder = _EngineHolder(process, base_model)
-
-
-def _start_spare_here() -> None:
-    # Only from the thread that lives as long as the worker: the spare's death signal follows
-    # the thread that started it (a test's thread would take it along when it ends).
-    if threading.current_thread() is threading.main_thread():
-        start_spare()
+                warm.start_spare_here()  # warm for the next job (if the first step never came)
 
 
 def run_node_processes(
@@ -323,6 +407,7 @@ def run_node_processes(
     engine: str,
     rendezvous: Rendezvous,
     watchdog: Watchdog,
+    warm: WarmProcesses | None = None,
 ) -> None:
     """This machine's part of a job over several (node 1 and up): start its ranks, which meet
     node 0's, and wait for them. Rank 0 runs on node 0 and its worker records everything;
@@ -333,7 +418,14 @@ def run_node_processes(
     with tempfile.TemporaryDirectory(prefix="rft-job-") as folder:
         job_dir = Path(folder)
         (job_dir / JOB_FILE).write_bytes(pickle.dumps(job))
-        launcher = _launch(job_dir, num_processes, engine, rendezvous)
+        # This job's processes need the room a kept engine holds (the worker's own ``warm``).
+        launcher = _launch(
+            job_dir,
+            num_processes,
+            warm or WarmProcesses(keep_between_jobs=False),
+            engine,
+            rendezvous,
+        )
         try:
             while launcher.poll() is None:
                 _check_watchdog(watchdog)
@@ -358,7 +450,7 @@ def _check_engine(engine: str) -> None:
 
 
 def _accept(
-    listener: socket.socket, launcher: subprocess.Popen[bytes], watchdog: Watchdog | None = None
+    listener: socket.socket, launcher: TrainingProcess, watchdog: Watchdog | None = None
 ) -> Connection:
     listener.settimeout(0.5)
     while True:
@@ -378,7 +470,7 @@ def _accept(
 
 def _serve(
     connection: Connection,
-    launcher: subprocess.Popen[bytes],
+    launcher: TrainingProcess,
     observer: TrainingObserver,
     job_dir: Path,
     after_first_step: Callable[[], None] | None = None,
@@ -411,7 +503,7 @@ def _serve(
             after_first_step = None
 
 
-def _exited(launcher: subprocess.Popen[bytes], job_dir: Path) -> TrainingProcessError:
+def _exited(launcher: TrainingProcess, job_dir: Path) -> TrainingProcessError:
     deadline = time.monotonic() + 5
     while launcher.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch.distributed as dist
 
 from sandbox.api import FunctionResult, RewardError
-from workers.training.reward_dispatch import ScoredGeneration
+
+if TYPE_CHECKING:  # a type only: the rank group sits below scoring
+    from workers.training.reward_dispatch import ScoredGeneration
 
 T = TypeVar("T")
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from sandbox.api import FunctionResult, RewardCodeError, RewardSandbox, ScoringBatch
-from workers.training.agents import AgentSession, final_answer
+from workers.training.agents.session import AgentSession
+from workers.training.agents.trajectories import final_answer
 from workers.training.reward_models import RewardModelScorer
 from workers.training.step_records import RewardConfig
 
@@ -38,7 +39,7 @@ class ScoredGeneration:
     dataset_indices: list[int]
     results: dict[str, FunctionResult]
     totals: list[float | None]
-    # Agent jobs: each rollout turn by turn (workers.training.agents.build_trajectory).
+    # Agent jobs: each rollout turn by turn (workers.training.agents.trajectories.build_trajectory).
     trajectories: list[list[dict[str, Any]]] | None = None
 
 

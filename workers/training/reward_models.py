@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from sandbox.api import FunctionResult, RewardCodeError, RewardError, RewardErrorKind
+from service.base_models.built_in.tiny_reward_model import resolve_reward_model
 from workers.training.cuda import usable_cuda_devices
 from workers.training.step_records import RewardModelSpec
-from workers.training.tiny_reward_model import resolve_reward_model
 
 # Texts per forward pass when an entry sets no batch_size: small enough for a 7B classifier
 # on long texts beside the policy, large enough that a step's batch takes few passes.

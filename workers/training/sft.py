@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,16 +30,23 @@ from transformers import (
 )
 from trl import SFTConfig, SFTTrainer
 
+from service.base_models.built_in.tiny_model import resolve_base_model
 from service.datasets.supervised import sft_examples
 from service.jobs.hyperparameters import SFT_DEFAULTS
 from workers.training import model_options
 from workers.training.cuda import usable_cuda_devices
-from workers.training.grpo import _device_switch, _load_tokenizer, train_and_save
 from workers.training.observer import TrainingObserver
 from workers.training.spec import TrainingOutcome, TrainingSpec
 from workers.training.step_records import StepRecord
-from workers.training.step_reporting import RunControl, _float_or_none
-from workers.training.tiny_model import resolve_base_model
+from workers.training.trainer_common import (
+    RunControl,
+    device_switch,
+    evaluation_due,
+    float_or_none,
+    load_tokenizer,
+    shared_training_arguments,
+    train_and_save,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +85,8 @@ def build_sft_trainer(spec: TrainingSpec) -> SFTTrainer:
     hp = spec.hyperparameters
     model_path = resolve_base_model(spec.base_model, spec.model_cache_dir)
     use_cuda = usable_cuda_devices() > 0
-    use_bf16 = _device_switch(hp.bf16, auto=use_cuda and torch.cuda.is_bf16_supported())
-    tokenizer = _load_tokenizer(model_path)
+    use_bf16 = device_switch(hp.bf16, auto=use_cuda and torch.cuda.is_bf16_supported())
+    tokenizer = load_tokenizer(model_path)
     # Before the model, as build_trainer does (the config sets torch.distributed up).
     args = sft_config(spec, use_cuda=use_cuda, use_bf16=use_bf16)
     model, lora = model_options.load_trained_model(
@@ -167,38 +173,13 @@ def sft_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> SFTConf
             f"batch_size {batch_size} cannot be split evenly over {world_size} processes"
         )
     return SFTConfig(
-        output_dir=str(spec.output_dir),
         per_device_train_batch_size=batch_size // world_size,
         per_device_eval_batch_size=batch_size // world_size,
         gradient_accumulation_steps=1,
         max_length=hp.max_length or SFT_DEFAULTS["max_length"],
-        learning_rate=hp.learning_rate,
-        lr_scheduler_type=hp.lr_scheduler_type,
-        # transformers 5 reads a warmup_steps below 1 as a share of max_steps.
-        warmup_steps=hp.warmup_ratio,
-        max_grad_norm=hp.max_grad_norm,
-        optim=model_options.optimizer_name(hp),
-        max_steps=hp.train_steps,
-        seed=hp.seed,
-        data_seed=hp.seed,
-        # TRL's defaults target GPUs (bf16, activation checkpointing): as run_grpo sets them.
-        bf16=use_bf16,
-        fp16=False,
-        activation_checkpointing=_device_switch(hp.activation_checkpointing, auto=use_cuda),
-        dataloader_pin_memory=use_cuda,
-        # Without CUDA the ranks meet over gloo; without use_cpu each rank would train alone.
-        use_cpu=not use_cuda,
         # Evaluated by the reporter (the eval loss rides on the step's record).
         eval_strategy="no",
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=hp.checkpoint_every,
-        save_total_limit=spec.keep_checkpoints,
-        save_only_model=False,
-        report_to=list(hp.report_to) or "none",
-        run_name=Path(spec.output_dir).name,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
+        **shared_training_arguments(spec, use_cuda=use_cuda, use_bf16=use_bf16),
     )
 
 
@@ -267,9 +248,9 @@ class SupervisedStepReporter(RunControl):
                     config_version=self._config_version,
                     reward_mean=None,
                     reward_std=None,
-                    loss=_float_or_none(logs.get("loss")),
+                    loss=float_or_none(logs.get("loss")),
                     kl=None,
-                    learning_rate=_float_or_none(logs.get("learning_rate")),
+                    learning_rate=float_or_none(logs.get("learning_rate")),
                     duration_s=duration,
                     functions={},
                     completions=[],
@@ -281,4 +262,4 @@ class SupervisedStepReporter(RunControl):
     def _evaluation_due(self, step: int, last_step: int) -> bool:
         if not self._evaluates:
             return False
-        return step >= last_step or (self._eval_every is not None and step % self._eval_every == 0)
+        return evaluation_due(step, last_step, self._eval_every)

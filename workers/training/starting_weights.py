@@ -22,7 +22,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from workers.failures import JobFailure
+from workers.failures import UserFacingFailure
 
 
 def with_starting_adapter(
@@ -79,7 +79,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, optimizer_file: Path)
     if [len(group["params"]) for group in saved["param_groups"]] != [
         len(group["params"]) for group in groups
     ]:
-        raise JobFailure(
+        raise UserFacingFailure(
             "init_from_optimizer: the saved optimizer state covers other parameters than "
             "this job trains (a different LoRA shape)"
         )
@@ -87,7 +87,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, optimizer_file: Path)
     for index, values in saved["state"].items():
         for name, value in values.items():
             if torch.is_tensor(value) and value.dim() > 0 and value.shape != params[index].shape:
-                raise JobFailure(
+                raise UserFacingFailure(
                     f"init_from_optimizer: the saved {name} of parameter {index} has shape "
                     f"{tuple(value.shape)}, the parameter {tuple(params[index].shape)}"
                 )

@@ -77,6 +77,9 @@ class StepRecord:
     # Supervised jobs: what TRL logged beside loss and learning rate (grad_norm, token
     # accuracy, ...; eval_* at evaluated steps), stored as the step's metrics; None for GRPO.
     metrics: dict[str, float] | None = None
+    # Async-generation jobs: the rollouts' policy versions and staleness, their sampling
+    # config versions, the importance-sampling ratios (workers.training.async_generation).
+    async_generation: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

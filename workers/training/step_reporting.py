@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from sandbox.agent_api import AgentCodeError
 from sandbox.api import RewardCodeError
-from workers.training.agents import agent_metrics
+from workers.training.agents.trajectories import agent_metrics
 from workers.training.grpo_trainer import RecordingGRPOTrainer
 from workers.training.observer import TrainingObserver
-from workers.training.ranks import RankGroup, merge_generations
+from workers.training.ranks import merge_generations
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
 from workers.training.reward_stats import function_metrics, mean_and_std
 from workers.training.step_records import CompletionRecord, StepRecord
+from workers.training.trainer_common import RunControl, float_or_none
 
 if TYPE_CHECKING:
     from workers.training.evaluation import Evaluator
@@ -28,41 +26,6 @@ logger = logging.getLogger(__name__)
 
 # Log keys with a field of their own in StepRecord, or about reward, which we compute ourselves.
 _OWN_FIELDS = frozenset({"loss", "kl", "learning_rate", "reward", "reward_std", "epoch"})
-
-
-class RunControl(TrainerCallback):
-    """What every method's reporter does around a step's record: ask the observer whether to
-    stop (a paused run checkpoints at that step), and report each checkpoint once."""
-
-    def __init__(self, observer: TrainingObserver) -> None:
-        self._observer = observer
-        self.stop_reason: str | None = None
-        # With N processes: which rank this is (rank 0 records), and the collectives that keep
-        # every rank on the same config and stop decision (see workers/training/ranks.py).
-        self._ranks = RankGroup.current()
-
-    def stop_if_asked(self, control: TrainerControl) -> None:
-        """After the step's record: under N ranks the observer hands rank 0's answer to all."""
-        reason = self._observer.should_stop()
-        if reason is not None:
-            # Kept even when this was the last step anyway: the caller must know the run was
-            # stopped (a cancel that raced the end must not be reported as success).
-            self.stop_reason = reason
-            control.should_training_stop = True
-            # A paused run resumes from its last checkpoint: make that this step.
-            control.should_save = True
-
-    def on_save(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
-    ) -> None:
-        if not self._ranks.is_main:
-            return  # one checkpoint, reported once (the Trainer writes the adapter on rank 0)
-        path = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        self._observer.on_checkpoint(state.global_step, path)
 
 
 class StepReporter(RunControl):
@@ -222,9 +185,9 @@ class StepReporter(RunControl):
             config_version=generation.config_version,
             reward_mean=reward_mean,
             reward_std=reward_std,
-            loss=_float_or_none(logs.get("loss")),
-            kl=_float_or_none(logs.get("kl")),
-            learning_rate=_float_or_none(logs.get("learning_rate")),
+            loss=float_or_none(logs.get("loss")),
+            kl=float_or_none(logs.get("kl")),
+            learning_rate=float_or_none(logs.get("learning_rate")),
             duration_s=time.perf_counter() - self._step_started,
             functions=functions,
             completions=completions,
@@ -235,11 +198,5 @@ class StepReporter(RunControl):
                 if generation.trajectories is not None
                 else None
             ),
+            async_generation=self._trainer.async_generation_record(step, logs),
         )
-
-
-def _float_or_none(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    return None if math.isnan(number) else number

@@ -1,7 +1,6 @@
 """Python client for the rft reinforcement fine-tuning service."""
 
-__version__ = "0.1.0"
-
+from rft._version import __version__
 from rft.agents import (
     AgentStepMetrics,
     AssistantMessage,
@@ -18,7 +17,7 @@ from rft.agents import (
     TrajectoryMessage,
 )
 from rft.chat import ChatCompletion, ChatCompletionChunk, TextCompletion, TextCompletionChunk
-from rft.client import AsyncClient, Client  # after __version__: transport reads it
+from rft.client import AsyncClient, Client
 from rft.errors import (
     AgentSourceError,
     APIConnectionError,

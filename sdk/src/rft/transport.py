@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from rft import __version__
+from rft._version import __version__
 from rft.errors import APIConnectionError, APITimeoutError, RFTError, error_from_response
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"

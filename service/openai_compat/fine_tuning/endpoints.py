@@ -9,7 +9,7 @@ from service.db import SessionDep
 from service.jobs import service as jobs
 from service.openai_compat.errors import OpenAIErrorRoute
 from service.openai_compat.files.schemas import OpenAIPage
-from service.openai_compat.fine_tuning import service
+from service.openai_compat.fine_tuning import checkpoints, events, service
 from service.openai_compat.fine_tuning.schemas import (
     FineTuningJob,
     FineTuningJobCheckpoint,
@@ -69,7 +69,7 @@ def list_events(
     after: str | None = None,
 ) -> OpenAIPage[FineTuningJobEvent]:
     """Newest first: status and other messages, and one metrics event per training step."""
-    return service.list_events(session, tenant_id, job_id, limit=limit, after=after)
+    return events.list_events(session, tenant_id, job_id, limit=limit, after=after)
 
 
 @router.get("/{job_id}/checkpoints", response_model=OpenAIPage[FineTuningJobCheckpoint])
@@ -80,4 +80,4 @@ def list_checkpoints(
     limit: Limit = 10,
     after: str | None = None,
 ) -> OpenAIPage[FineTuningJobCheckpoint]:
-    return service.list_checkpoints(session, tenant_id, job_id, limit=limit, after=after)
+    return checkpoints.list_checkpoints(session, tenant_id, job_id, limit=limit, after=after)

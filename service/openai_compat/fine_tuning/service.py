@@ -7,21 +7,19 @@ mapping)."""
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
-from service.artifacts.repository import CheckpointRepository
 from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
 from service.http_tools.schemas import HttpToolCreate
-from service.http_tools.service import http_declaration
+from service.http_tools.service import http_declaration, seal_header_values
 from service.inference.service import fine_tuned_model_name
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
@@ -29,15 +27,12 @@ from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.method_datasets import DatasetUnfitForMethod
 from service.jobs.schemas import JobCreate
 from service.jobs.status import JobStatus
-from service.jobs.step_repository import StepRepository
 from service.models import Dataset, Job
 from service.openai_compat.files.schemas import OpenAIPage
+from service.openai_compat.fine_tuning.pages import page
 from service.openai_compat.fine_tuning.schemas import (
-    CheckpointMetrics,
     FineTuningJob,
-    FineTuningJobCheckpoint,
     FineTuningJobCreate,
-    FineTuningJobEvent,
     FineTuningJobStatus,
     JobError,
     JobHyperparameters,
@@ -48,10 +43,10 @@ from service.openai_compat.graders.compile import (
     check_grader,
     grader_in_source,
     judge_environment,
-    part_reward_names,
     reward_functions,
     reward_name,
     uses_judge,
+    with_sealed_headers,
 )
 from service.openai_compat.graders.schemas import Grader
 from service.settings import get_settings
@@ -63,7 +58,6 @@ TINY_PRESET = "tiny-cpu"
 MIN_GENERATIONS = 2
 MAX_GENERATIONS = 1024  # past any group size worth sampling; Hyperparameters checks the rest
 GRADER_ADAPTER: TypeAdapter[Any] = TypeAdapter(Grader)
-Item = TypeVar("Item", bound=BaseModel)
 
 
 class InvalidJobRequest(BadRequest):
@@ -113,10 +107,8 @@ def our_hyperparameters(
     if isinstance(theirs.batch_size, int):
         values["prompts_per_step"] = theirs.batch_size
     prompts_per_step = values.get("prompts_per_step", base.prompts_per_step)
-    if isinstance(theirs.n_epochs, int):
-        if theirs.n_epochs < 1:
-            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
-        values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / prompts_per_step))
+    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, prompts_per_step)) is not None:
+        values["train_steps"] = train_steps
     if isinstance(theirs.learning_rate_multiplier, float | int):
         values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
     if isinstance(theirs.compute_multiplier, float | int):
@@ -135,6 +127,19 @@ def our_hyperparameters(
     if seed is not None:
         values["seed"] = seed
     return validated_hyperparameters(values, param="method.reinforcement.hyperparameters")
+
+
+def steps_for_epochs(n_epochs: object, rows: int, rows_per_step: object) -> int | None:
+    """OpenAI's n_epochs as our train_steps: steps of ``rows_per_step`` rows enough to go over
+    ``rows`` that many times. None keeps our train_steps: n_epochs "auto" or absent, or no
+    valid number of rows per step to count with (the hyperparameters' check then names it)."""
+    if not isinstance(n_epochs, int):
+        return None
+    if n_epochs < 1:
+        raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
+    if not isinstance(rows_per_step, int) or rows_per_step < 1:
+        return None
+    return max(1, math.ceil(n_epochs * rows / rows_per_step))
 
 
 def validated_hyperparameters(values: dict[str, Any], *, param: str) -> Hyperparameters:
@@ -188,15 +193,25 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
             "{'type': 'supervised', 'supervised': {'hyperparameters': ...}}",
             param="method",
         )
-    grader = method.reinforcement.grader
+    report_to, secrets = integrations(request.integrations)
+    # OpenAI's API has no job secrets: a token in an endpoint's headers is sealed as one.
+    grader = with_sealed_headers(method.reinforcement.grader, secrets)
+    tools = [
+        HttpToolCreate.model_validate(
+            {
+                **tool.model_dump(),
+                "headers": seal_header_values(tool.headers, f"tool {tool.name}", secrets),
+            }
+        )
+        for tool in method.reinforcement.tools or []
+    ]
     settings = get_settings()
-    endpoint_hosts = check_grader(grader, settings)
+    endpoint_hosts = check_grader(grader, settings, secrets)
     training = training_files(session, tenant_id, request)
     theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
     hyperparameters = our_hyperparameters(
         theirs, model=request.model, seed=request.seed, rows=training.row_count
     )
-    report_to, secrets = integrations(request.integrations)
     if report_to:
         hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
     if method.reinforcement.tools and theirs.max_turns is not None:
@@ -208,10 +223,7 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
         hyperparameters=hyperparameters,
         name=request.suffix,
         reward_functions=reward_functions(grader),
-        tools=[
-            HttpToolCreate.model_validate(tool.model_dump())
-            for tool in method.reinforcement.tools or []
-        ],
+        tools=tools,
         allow_network=judged,
         secrets={**secrets, **(judge_environment(settings) if judged else {})},
         validation_dataset_id=request.validation_file,
@@ -260,11 +272,8 @@ def our_supervised_hyperparameters(
     if isinstance(theirs.batch_size, int):
         values["batch_size"] = theirs.batch_size
     batch_size = values.get("batch_size", base.batch_size)
-    if isinstance(theirs.n_epochs, int):
-        if theirs.n_epochs < 1:
-            raise InvalidJobRequest("n_epochs must be at least 1", param="n_epochs")
-        if isinstance(batch_size, int) and batch_size >= 1:
-            values["train_steps"] = max(1, math.ceil(theirs.n_epochs * rows / batch_size))
+    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, batch_size)) is not None:
+        values["train_steps"] = train_steps
     if isinstance(theirs.learning_rate_multiplier, float | int):
         values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
     if seed is not None:
@@ -456,191 +465,3 @@ def change_status(
 ) -> FineTuningJob:
     get_job(session, tenant_id, job_id)  # OpenAI's 404 wording
     return fine_tuning_job(session, change(session, tenant_id, job_id))
-
-
-# --- events and checkpoints --------------------------------------------------------------
-
-# A tripped guard (docs/guards.md) is a warning too.
-EVENT_LEVELS = {"warning": "warn", "guard_tripped": "warn", "error": "error"}
-
-
-def list_events(
-    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
-) -> OpenAIPage[FineTuningJobEvent]:
-    """Newest first, as OpenAI lists them: the job's events as messages and each training
-    step as a metrics event (reward means, per-grader scores and errors, validation reward)."""
-    job = get_job(session, tenant_id, job_id)
-    # Ordered by the exact time (the objects carry whole seconds), then by id or step.
-    timed = [
-        (
-            event.created_at,
-            event.id,
-            FineTuningJobEvent(
-                id=f"ftevent-{event.id}",
-                created_at=int(event.created_at.timestamp()),
-                level=EVENT_LEVELS.get(event.kind, "info"),  # type: ignore[arg-type]
-                message=event.message,
-                data={"kind": event.kind, **(event.data or {})},
-                type="message",
-            ),
-        )
-        for event in EventRepository(session).list_events(job.id, after_id=0, limit=1_000_000)
-    ]
-    timed.extend(step_events(session, job))
-    timed.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
-    return page_after([event for _, _, event in timed], limit, after)
-
-
-def step_events(session: Session, job: Job) -> list[tuple[datetime, int, FineTuningJobEvent]]:
-    if job.method == "sft":
-        return supervised_step_events(session, job)
-    repository = StepRepository(session)
-    grader = job_grader(session, job)
-    main = reward_name(grader.name) if grader is not None else None
-    parts = part_reward_names(grader) if grader is not None else {}
-    validation = {
-        evaluation.step: evaluation
-        for evaluation in repository.list_evaluations(job.id, after_step=0, limit=1_000_000)
-    }
-    events = []
-    for row in repository.list_steps(job.id, after_step=0, limit=1_000_000):
-        functions = json.loads(row["reward_functions"] or "{}")
-        named = parts or ({grader.name: main} if grader is not None and main else {})
-        if not named:
-            named = {name: name for name in functions}
-        evaluation = validation.get(row["step"])
-        data = {
-            "step": row["step"],
-            "train_reward_mean": row["reward_mean"],
-            "train_reward_std": row["reward_std"],
-            "valid_reward_mean": evaluation.reward_mean if evaluation is not None else None,
-            "scores": {
-                grader_name: functions.get(function, {}).get("mean")
-                for grader_name, function in named.items()
-            },
-            "errors": {
-                grader_name: functions.get(function, {}).get("errors", 0)
-                for grader_name, function in named.items()
-            },
-            "error_rate": (functions.get(main, {}).get("error_rate") if main is not None else None),
-            "loss": row["loss"],
-            "kl": row["kl"],
-            "learning_rate": row["learning_rate"],
-            "frac_reward_zero_std": row["frac_reward_zero_std"],
-            "config_version": row["config_version"],
-        }
-        message = (
-            f"Step {row['step']}/{job.hyperparameters['train_steps']}: "
-            f"train reward mean {row['reward_mean']}"
-        )
-        events.append(metrics_event(row, message, data))
-    return events
-
-
-def metrics_event(
-    row: Any, message: str, data: dict[str, Any]
-) -> tuple[datetime, int, FineTuningJobEvent]:
-    """A step's metrics event (a list_steps row), keyed for list_events' ordering."""
-    return (
-        row["created_at"],
-        row["step"],
-        FineTuningJobEvent(
-            id=f"ftevent-step-{row['step']}",
-            created_at=int(row["created_at"].timestamp()),
-            level="info",
-            message=message,
-            data=data,
-            type="metrics",
-        ),
-    )
-
-
-def supervised_metrics(row: Any) -> dict[str, Any]:
-    """A supervised step's metrics under OpenAI's names (a list_steps row)."""
-    logged = json.loads(row["metrics"] or "{}")
-    return {
-        "train_loss": row["loss"],
-        "train_mean_token_accuracy": logged.get("mean_token_accuracy"),
-        "valid_loss": logged.get("eval_loss"),
-        "valid_mean_token_accuracy": logged.get("eval_mean_token_accuracy"),
-    }
-
-
-def supervised_step_events(
-    session: Session, job: Job
-) -> list[tuple[datetime, int, FineTuningJobEvent]]:
-    """One metrics event per step, as OpenAI writes a supervised job's."""
-    total = job.hyperparameters["train_steps"]
-    events = []
-    for row in StepRepository(session).list_steps(job.id, after_step=0, limit=1_000_000):
-        loss = "none" if row["loss"] is None else f"{row['loss']:.4f}"
-        data = {
-            "step": row["step"],
-            "total_steps": total,
-            **supervised_metrics(row),
-            "learning_rate": row["learning_rate"],
-        }
-        events.append(metrics_event(row, f"Step {row['step']}/{total}: training loss={loss}", data))
-    return events
-
-
-def list_checkpoints(
-    session: Session, tenant_id: str, job_id: str, *, limit: int, after: str | None
-) -> OpenAIPage[FineTuningJobCheckpoint]:
-    job = get_job(session, tenant_id, job_id)
-    records = StepRepository(session)
-    steps = {row["step"]: row for row in records.list_steps(job.id, after_step=0, limit=1_000_000)}
-    rewards = records.evaluation_rewards(job.id)
-    checkpoints = [
-        FineTuningJobCheckpoint(
-            id=f"ftckpt-{job.id}-{checkpoint.step}",
-            created_at=int(checkpoint.created_at.timestamp()),
-            fine_tuned_model_checkpoint=fine_tuned_model_name(
-                job.base_model, job.id, checkpoint.step
-            ),
-            fine_tuning_job_id=job.id,
-            step_number=checkpoint.step,
-            metrics=checkpoint_metrics(
-                job, checkpoint.step, steps.get(checkpoint.step), rewards.get(checkpoint.step)
-            ),
-        )
-        for checkpoint in sorted(
-            CheckpointRepository(session).list_checkpoints(job.id),
-            key=lambda c: c.step,
-            reverse=True,
-        )
-    ]
-    return page_after(checkpoints, limit, after)
-
-
-def checkpoint_metrics(
-    job: Job, step: int, row: Any | None, valid_reward_mean: float | None
-) -> CheckpointMetrics:
-    if job.method == "sft":
-        return CheckpointMetrics(step=step, **(supervised_metrics(row) if row is not None else {}))
-    return CheckpointMetrics(
-        step=step,
-        train_loss=row["loss"] if row is not None else None,
-        train_reward_mean=row["reward_mean"] if row is not None else None,
-        valid_reward_mean=valid_reward_mean,
-    )
-
-
-# --- pages -------------------------------------------------------------------------------
-
-
-def page(items: Sequence[Item], has_more: bool) -> OpenAIPage[Item]:
-    return OpenAIPage[Item](
-        data=list(items),
-        has_more=has_more,
-        first_id=getattr(items[0], "id", None) if items else None,
-        last_id=getattr(items[-1], "id", None) if items else None,
-    )
-
-
-def page_after(items: list[Item], limit: int, after: str | None) -> OpenAIPage[Item]:
-    """One page of an ordered list, after the item whose id is ``after``."""
-    if after is not None:
-        ids = [getattr(item, "id", None) for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    return page(items[:limit], len(items) > limit)

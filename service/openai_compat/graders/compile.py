@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from sandbox import endpoint_runtime
 from service.errors import BadRequest
-from service.http_tools.service import check_endpoint
+from service.http_tools.service import check_endpoint, seal_header_values
 from service.openai_compat.graders import runtime
 from service.openai_compat.graders.schemas import (
     EndpointGrader,
@@ -66,6 +66,26 @@ def parts(grader: Any) -> dict[str, Any]:
             return dict(grader.graders)
         return {grader.graders.name: grader.graders}
     return {grader.name: grader}
+
+
+def with_sealed_headers(grader: Any, secrets: dict[str, str]) -> Any:
+    """The grader with its endpoint graders' literal header values moved into ``secrets``
+    (service.http_tools.service.seal_header_values): a job made through OpenAI's API has no
+    secrets of its own for them to refer to."""
+
+    def sealed(name: str, part: Any) -> Any:
+        if not isinstance(part, EndpointGrader):
+            return part
+        headers = seal_header_values(part.headers, f"grader {name}", secrets)
+        return part.model_copy(update={"headers": headers})
+
+    if not isinstance(grader, MultiGrader):
+        return sealed(grader.name, grader)
+    if isinstance(grader.graders, dict):
+        graders: Any = {name: sealed(name, part) for name, part in grader.graders.items()}
+    else:
+        graders = sealed(grader.graders.name, grader.graders)
+    return grader.model_copy(update={"graders": graders})
 
 
 def check_grader(grader: Any, settings: Settings, secrets: Collection[str] = ()) -> list[str]:

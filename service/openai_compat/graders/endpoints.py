@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.auth.dependencies import CurrentTenant
-from service.db import SessionDep
+from service.db import SessionDep, end_transaction
 from service.openai_compat.errors import OpenAIErrorRoute
 from service.openai_compat.graders import service
 from service.openai_compat.graders.schemas import (
@@ -25,7 +25,9 @@ def run_grader(
     session: SessionDep, tenant_id: CurrentTenant, request: GraderRunRequest
 ) -> GraderRunResponse:
     """OpenAI's graders.run: one model sample scored, in our reward sandbox."""
-    return service.run_grader(session, tenant_id, request)
+    # The caller is authenticated (tenant_id); the sandbox run needs no database connection.
+    end_transaction(session)
+    return service.run_grader(request)
 
 
 @router.post("/validate", response_model=GraderValidateResponse)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from service.openai_compat.graders import runtime
 from service.openai_compat.graders.compile import (
     InvalidGrader,
@@ -46,14 +44,14 @@ def grader_test_request(grader: Any, samples: list[Sample]) -> RewardFunctionTes
     )
 
 
-def run_grader(session: Session, tenant_id: str, request: GraderRunRequest) -> GraderRunResponse:
+def run_grader(request: GraderRunRequest) -> GraderRunResponse:
     grader = request.grader
     endpoint_hosts = check_grader(grader, get_settings())
     if request.item is not None and not isinstance(request.item, dict):
         raise InvalidGrader("item must be an object (the dataset row)", param="item")
     sample = Sample(prompt="", completion=request.model_sample, example=request.item or {})
     tested = try_reward_functions(
-        session, tenant_id, grader_test_request(grader, [sample]), egress_hosts=endpoint_hosts
+        grader_test_request(grader, [sample]), [sample], egress_hosts=endpoint_hosts
     )
     main = tested.results[reward_name(grader.name)]
     sub_rewards = {

@@ -535,7 +535,8 @@ class ChartsPanel {
     const colorOf = colorAssigner();
     if (supervised) setChildren(this.charts, ...supervisedCharts(steps, markers, smoothing));
     else setChildren(this.charts, ...rewardCharts(steps, evals, { markers, smoothing, colorOf }),
-      ...agentCharts(steps, markers, smoothing, colorOf));
+      ...agentCharts(steps, markers, smoothing, colorOf),
+      ...asyncGenerationCharts(steps, markers, colorOf));
 
     // An open list of checkpoints stays open across redraws.
     const open = new Set([...this.feed.querySelectorAll("details[open]")]
@@ -623,98 +624,35 @@ function agentCharts(steps, markers, smoothing, colorOf) {
   ];
 }
 
+// Async-generation jobs (steps with async_generation): how many policy versions old each step's
+// rollouts were, against the job's bound, and the importance-sampling ratios that corrected it.
+function asyncGenerationCharts(steps, markers, colorOf) {
+  const asyncSteps = steps.filter((s) => s.async_generation);
+  if (!asyncSteps.length) return [];
+  const ratio = (name) => asyncSteps
+    .filter((s) => s.async_generation.importance_sampling_ratio[name] !== null)
+    .map((s) => ({ x: s.step, y: s.async_generation.importance_sampling_ratio[name] }));
+  return [
+    lineChart({
+      id: "staleness", title: "Rollout staleness (policy versions behind)", yLabel: "versions",
+      markers, smoothing: 0,
+      series: [
+        { label: "staleness", color: colorOf("async:staleness"),
+          points: asyncSteps.map((s) => ({ x: s.step, y: s.async_generation.staleness_max })) },
+        { label: "bound", color: colorOf("async:bound"),
+          points: asyncSteps.map((s) => ({ x: s.step, y: s.async_generation.max_staleness })) },
+      ],
+    }),
+    lineChart({
+      id: "is-ratio", title: "Importance-sampling ratio (min, mean, max)", yLabel: "ratio",
+      markers, smoothing: 0,
+      series: ["min", "mean", "max"].map((name) => (
+        { label: name, color: colorOf(`async:is-${name}`), points: ratio(name) })),
+    }),
+  ];
+}
+
 // ---------------------------------------------------------------- completions explorer
-
-// An agent's rollout (completion.trajectory): assistant turns in order, each tool call folded
-// with the result (or error) that answered it. The k-th tool message after an assistant turn
-// answers its first not yet answered call of that name.
-function toolCallText(call) {
-  // Arguments that are no JSON object (the model wrote bad JSON) are shown as written.
-  const args = call.arguments && typeof call.arguments === "object"
-    ? Object.entries(call.arguments).map(([name, value]) => `${name}=${JSON.stringify(value)}`).join(", ")
-    : (call.arguments ?? "");
-  return `${call.name}(${args})`;
-}
-
-function toolResultBody(message) {
-  if (message.error) {
-    // The kind is on the call's summary already; here the message says what went wrong.
-    return el("div", { class: "tool-result error" }, message.error.message);
-  }
-  return el("pre", { class: "text tool-result" }, message.content);
-}
-
-function toolCallNode(call) {
-  const summary = el("summary", null, el("span", { class: "mono" }, `→ ${toolCallText(call)}`));
-  const node = el("details", { class: "tool-call", "data-tool": call.name }, summary,
-    el("div", { class: "muted small pending" }, "no result recorded"));
-  node.answer = (message) => {
-    const pending = node.querySelector(".pending");
-    if (pending) pending.remove();
-    node.append(toolResultBody(message));
-    if (message.duration_s !== null && message.duration_s !== undefined) {
-      summary.append(el("span", { class: "muted small duration" }, ` ${formatNumber(message.duration_s, 2)} s`));
-    }
-    if (message.error) {
-      node.classList.add("error");
-      node.dataset.errorKind = message.error.kind;
-      summary.append(el("span", { class: "kind kind-error" }, `✕ ${message.error.kind}`));
-    }
-  };
-  return node;
-}
-
-function trajectoryView(trajectory) {
-  const turns = [];
-  let unanswered = [];
-  const cutOff = () => el("div", { class: "turn truncated", "data-truncated": "" },
-    "Cut off here (max turns or the token budget).");
-  for (const message of trajectory) {
-    if (message.role === "assistant") {
-      const calls = (message.tool_calls || []).map((call) => ({ call, node: toolCallNode(call) }));
-      unanswered = calls;
-      turns.push(el("div", { class: "turn assistant", "data-role": "assistant" },
-        el("div", { class: "turn-role" }, "assistant"),
-        message.content ? el("pre", { class: "text" }, message.content) : null,
-        calls.map(({ node }) => node)));
-    } else if (message.role === "tool") {
-      const index = unanswered.findIndex(({ call }) => call.name === message.name);
-      if (index >= 0) {
-        unanswered.splice(index, 1)[0].node.answer(message);
-      } else {
-        // A result without its call (the call was cut from the record): shown on its own.
-        const node = toolCallNode({ name: message.name, arguments: {} });
-        node.answer(message);
-        turns.push(el("div", { class: "turn tool", "data-role": "tool" }, node));
-      }
-    } else {
-      turns.push(el("div", { class: "turn", "data-role": message.role },
-        el("div", { class: "turn-role" }, message.role),
-        el("pre", { class: "text" }, typeof message.content === "string"
-          ? message.content : JSON.stringify(message.content))));
-    }
-    // The worker marks the rollout's last message, whichever its role.
-    if (message.truncated) turns.push(cutOff());
-  }
-  return el("div", { class: "trajectory" }, turns);
-}
-
-function trajectorySummary(trajectory) {
-  const turns = trajectory.filter((m) => m.role === "assistant").length;
-  const calls = trajectory.reduce((sum, m) => sum + ((m.tool_calls || []).length), 0);
-  const errors = trajectory.filter((m) => m.role === "tool" && m.error).length;
-  const last = trajectory[trajectory.length - 1];
-  return `${turns} turn${turns === 1 ? "" : "s"} · ${calls} tool call${calls === 1 ? "" : "s"}` +
-    (errors ? ` · ${errors} error${errors === 1 ? "" : "s"}` : "") +
-    (last && last.truncated ? " · cut off" : "");
-}
-
-// In a table cell the conversation is folded behind its summary; errors show on the summary.
-function trajectoryFold(trajectory) {
-  const errors = trajectory.some((m) => m.role === "tool" && m.error);
-  return el("details", { class: `trajectory-fold${errors ? " has-errors" : ""}`, "data-trajectory": "" },
-    el("summary", null, trajectorySummary(trajectory)), trajectoryView(trajectory));
-}
 
 const MANY_SCORES = 4;
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from rft.errors import RFTError
-from rft.transport import RequestOptions
+from rft.transport import AsyncTransport, RequestOptions, SyncTransport
 
 ARCHIVE_SUFFIX = ".tar.gz"
 _FILENAME = re.compile(r'filename="?([^";]+)"?')
@@ -115,3 +115,29 @@ async def save_archive_async(
         writer.abandon()
         raise
     return writer.finish()
+
+
+def download_archive(
+    transport: SyncTransport,
+    path: str,
+    fallback_name: str,
+    destination: str | os.PathLike[str],
+    extract: bool,
+) -> Path:
+    """Stream the archive at ``path`` into ``destination``, named as the server names it."""
+    with transport.stream(archive_request(path)) as response:
+        name = archive_name(response.response.headers.get("Content-Disposition"), fallback_name)
+        return save_archive(response.iter_bytes(), destination, name, extract=extract)
+
+
+async def download_archive_async(
+    transport: AsyncTransport,
+    path: str,
+    fallback_name: str,
+    destination: str | os.PathLike[str],
+    extract: bool,
+) -> Path:
+    """See :func:`download_archive`."""
+    async with transport.stream(archive_request(path)) as response:
+        name = archive_name(response.response.headers.get("Content-Disposition"), fallback_name)
+        return await save_archive_async(response.aiter_bytes(), destination, name, extract=extract)
