@@ -24,7 +24,7 @@ import statistics
 import rft
 
 BASE_MODEL = "rft-tiny-tools"
-SFT_STEPS = 24
+SFT_STEPS = 32
 TRAIN_STEPS = 16
 REGISTERS = ["alpha", "beta", "gamma", "delta", "kappa", "sigma", "omega", "theta", "eta", "mu"]
 QUESTIONS = ["What is the value of {name}?", "Look up {name}.", "Tell me the value of {name}."]
@@ -146,7 +146,14 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
                 prompts_per_step=4,
                 max_completion_length=64,  # a call, the tool's answer and the final answer
                 max_turns=2,
+                # Sampled cooler than the preset's 1.0: the tiny model spells the tool's name
+                # letter by letter, and at 1.0 a third of its calls came out misspelled.
+                temperature=0.7,
+                # A fresh optimizer's first steps move every weight by about the learning
+                # rate: warmed up, they do not knock out what the SFT taught.
                 learning_rate=3e-3,
+                lr_scheduler_type="constant_with_warmup",
+                warmup_ratio=0.25,
                 seed=0,
             ),
         )

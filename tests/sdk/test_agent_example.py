@@ -1,10 +1,10 @@
 """The agent examples, as a user would run them through the SDK.
 
 examples/agent_own_tool.py is the path a user takes with a small model and a tool of their own
-(`get_word`, not the `lookup` the tiny model was warmed up on): an SFT job on transcripts of
-the tool, then a GRPO agent job `init_from` it. Its transcripts must show the tool as the agent
-job will (checked here). Its end-to-end run is not a test yet: see docs/agents.md ("Your own
-tool with a small model") for what it measured.
+(`get_word`, not the `lookup` the tiny model was warmed up on): an SFT job on transcripts of the
+tool, then a GRPO agent job `init_from` it. It runs here end to end on the session's stack
+(the one test of this module that trains): by its last steps most answers name what the tool
+returned, and the reward has risen.
 
 examples/agent_lookup.py (GRPO alone on the warm-up's own task) is checked for what it shows
 the model; that its reward rises is shown where it is cheapest and exact:
@@ -13,12 +13,17 @@ tests/training/test_agent_training.py::test_grpo_raises_a_tool_using_reward."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 from transformers.utils import get_json_schema
 
 from service.base_models.built_in.tiny_tool_model import LOOKUP_TABLE, lookup_tool_schema
+from service.stack import LocalStack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -46,3 +51,33 @@ def test_the_own_tool_example_s_transcripts_show_the_tool_as_the_agent_job_will(
     assert example.get_word("beta") == "frog"
     assert example.correct_word([], example.answer("beta", "frog"), {"answer": "frog"}) == 1.0
     assert example.correct_word([], example.answer("beta", "frogs"), {"answer": "frog"}) == 0.0
+
+
+def test_the_own_tool_example_trains_an_agent_that_answers_from_the_tool(
+    stack: LocalStack, api_key: str
+) -> None:
+    """The example's defaults (its SFT and GRPO lengths, seeded), through the SDK: both jobs
+    succeed, the share of answers naming the tool's result is a clear majority in the last
+    quarter of the steps, and the reward of the last quarter is above the first's."""
+    env = {**os.environ, "RFT_BASE_URL": stack.base_url, "RFT_API_KEY": api_key}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent_own_tool.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    output = result.stdout
+    print(output)  # the example's own report (pytest -s)
+    assert result.returncode == 0, output + result.stderr
+    assert re.search(r"\(sft\): succeeded, loss [\d.]+ -> [\d.]+", output), output
+    assert re.search(r"job_\w+: succeeded", output), output
+    example = load_example("agent_own_tool")
+    steps = re.findall(r"step +\d+ +reward ([\d.]+) +answers from the tool ([\d.]+)", output)
+    assert len(steps) == example.TRAIN_STEPS, output
+    rewards = re.search(r"first \d+ steps ([\d.]+), last \d+ steps ([\d.]+)", output)
+    assert rewards is not None, output
+    assert float(rewards[2]) > float(rewards[1]), output
+    from_tool = re.search(r"answers equal to the tool's result, last \d+ steps: ([\d.]+)", output)
+    assert from_tool is not None and float(from_tool[1]) >= 0.6, output
+    assert "  get_word -> " in output, output
