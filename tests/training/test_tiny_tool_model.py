@@ -1,5 +1,7 @@
-"""The built-in tool-calling model: TRL accepts it, it renders exactly like GRPO will, and its
-warm-up makes it call ``lookup`` sometimes, not always (so GRPO has something to improve)."""
+"""The built-in tool-calling model: TRL accepts it, it renders exactly like GRPO will (and like
+an SFT row of the same conversation), its warm-up makes it call its tool sometimes, not always
+(so GRPO has something to improve), and after a call it answers with the tool's result, not
+with a memorised value."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import get_json_schema
 from trl.chat_template_utils import (
     add_response_schema,
     is_chat_template_prefix_preserving,
@@ -29,6 +32,7 @@ from service.base_models.built_in.tiny_tool_model import (
     LOOKUP_TOOL_SOURCE,
     TINY_TOOL_MODEL_NAME,
     TranscriptRenderer,
+    WarmUpTool,
     answer_text,
     ensure_tiny_tool_model,
     lookup_dataset,
@@ -36,7 +40,9 @@ from service.base_models.built_in.tiny_tool_model import (
     lookup_tool_schema,
     tool_call_text,
 )
+from service.datasets.supervised import sft_examples
 from tests.conftest import built_in_models_reused
+from workers.training.sft import trained_examples
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +113,70 @@ def test_warm_up_transcripts_render_like_the_chat_history(tokenizer: Any) -> Non
     assert ids == tokenizer.encode(text, add_special_tokens=False)
     written = tokenizer.decode([t for t, learned in zip(ids, mask, strict=True) if learned])
     assert written == tool_call_text("gamma") + answer_text("gamma", "plum")
+
+
+def test_an_sft_row_of_the_conversation_renders_the_same_tokens(tokenizer: Any) -> None:
+    """The user's path: an SFT job on transcripts of a tool, then GRPO with that tool. TRL's
+    SFTTrainer renders a row with the chat template and the row's ``tools``; GRPO's rollouts
+    must be the same tokens."""
+    tool = WarmUpTool("search", "query")
+    row = {"prompt": [{"role": "user", "content": "Look up gamma."}], "key": "gamma"}
+    ids, _ = TranscriptRenderer(tokenizer).transcript(
+        row, calls=True, guess="cat", tool=tool, result="violet"
+    )
+    call = {"type": "function", "function": {"name": "search", "arguments": {"query": "gamma"}}}
+    sft_row = {
+        "prompt": row["prompt"],
+        "completion": [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "name": "search", "content": "violet"},
+            {"role": "assistant", "content": answer_text("gamma", "violet")[: -len("<|im_end|>")]},
+        ],
+        "tools": [get_json_schema(tool.function())],
+    }
+    [example] = sft_examples([sft_row])
+    rendered = tokenizer.apply_chat_template(
+        example["prompt"] + example["completion"],
+        tools=json.loads(example["tools"]),
+        tokenize=True,
+        return_dict=False,
+    )
+    # The template ends the last turn with a newline GRPO never generates (it stops at eos).
+    assert list(rendered) == ids + tokenizer.encode("\n", add_special_tokens=False)
+    # The SFT job learns the assistant's turns only, as GRPO's loss sees them (not the tool's
+    # result, which only the tool can know).
+    [trained] = trained_examples([example], tokenizer)
+    assert trained["input_ids"] == list(rendered)
+    learned = [token for token in trained["labels"] if token != -100]
+    assert tokenizer.decode(learned) == (
+        tool_call_text("gamma", tool) + "\n" + answer_text("gamma", "violet") + "\n"
+    )
+
+
+def test_answers_with_the_tool_s_result_not_a_memorised_value(
+    model_dir: Path, tokenizer: Any
+) -> None:
+    """A user's own table (the example's keys, each with another key's value): after a call,
+    the answer names what the tool returned, not the value the example table stores."""
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir)
+    renderer = TranscriptRenderer(tokenizer)
+    keys = sorted(LOOKUP_TABLE)
+    values = [LOOKUP_TABLE[key] for key in keys]
+    table = dict(zip(keys, values[3:] + values[:3], strict=True))
+    assert not [key for key in keys if table[key] == LOOKUP_TABLE[key]]
+    torch.manual_seed(0)
+    from_tool = recited = 0
+    for row in lookup_dataset(32, seed=2):
+        prompt = renderer.prompt_ids(row["prompt"])
+        call = tokenizer.encode(tool_call_text(row["key"]), add_special_tokens=False)
+        context = prompt + call + renderer.tool_suffix_ids(table[row["key"]])
+        final = tokenizer.decode(_sample(model, context, max_new_tokens=24))
+        from_tool += f" {table[row['key']]}." in final
+        recited += f" {LOOKUP_TABLE[row['key']]}." in final
+    print(f"answers naming the tool's result: {from_tool}/32, the example table's: {recited}/32")
+    # Measured (docs/agents.md, sampled calls): 0.11 before randomised tables, 1.00 after.
+    assert from_tool >= 24, (from_tool, recited)
+    assert recited <= 4, (from_tool, recited)
 
 
 def test_calls_lookup_sometimes_and_then_answers_right(model_dir: Path, tokenizer: Any) -> None:

@@ -13,6 +13,7 @@ validation set, the eval loss is measured after every ``eval_every`` steps and t
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -95,9 +96,11 @@ def build_sft_trainer(spec: TrainingSpec) -> SFTTrainer:
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list(sft_examples(spec.dataset)),
+        train_dataset=Dataset.from_list(trained_examples(sft_examples(spec.dataset), tokenizer)),
         eval_dataset=(
-            Dataset.from_list(sft_examples(spec.validation, what="validation row"))
+            Dataset.from_list(
+                trained_examples(sft_examples(spec.validation, what="validation row"), tokenizer)
+            )
             if spec.validation
             else None
         ),
@@ -107,6 +110,58 @@ def build_sft_trainer(spec: TrainingSpec) -> SFTTrainer:
     # With tqdm off, transformers prints every log dict to stdout; the observer has them all.
     trainer.remove_callback(PrinterCallback)
     return trainer
+
+
+def trained_examples(examples: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+    """The examples as SFTTrainer takes them. Tool transcripts are tokenized here: TRL would
+    train on a completion's tool results too (the model learns to write what only a tool can
+    say), and its assistant-only mask needs generation markers Qwen-style templates lack."""
+    if not any(_has_tool_results(example) for example in examples):
+        return examples
+    return [_assistant_turns_learned(example, tokenizer) for example in examples]
+
+
+def _has_tool_results(example: dict[str, Any]) -> bool:
+    messages = example.get("messages") or example.get("completion") or []
+    return isinstance(messages, list) and any(m.get("role") == "tool" for m in messages)
+
+
+def _assistant_turns_learned(example: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+    """``input_ids`` and ``labels`` of one chat example, the labels on the assistant's turns
+    after the prompt only (each turn's tokens after its generation prompt, as GRPO's rollouts
+    generate them)."""
+    tools = json.loads(example["tools"]) if example.get("tools") else None
+    if "messages" in example:
+        prompt: list[dict[str, Any]] = []
+        turns = list(example["messages"])
+    else:
+        prompt, turns = list(example["prompt"]), list(example["completion"])
+
+    def render(messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+        ids = tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            add_generation_prompt=generation_prompt,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+
+    conversation = prompt + turns
+    input_ids = render(conversation, False)
+    labels = [-100] * len(input_ids)
+    for index in range(len(prompt), len(conversation)):
+        if conversation[index]["role"] != "assistant":
+            continue
+        start = render(conversation[:index], True)
+        end = render(conversation[: index + 1], False)
+        if input_ids[: len(end)] != end or end[: len(start)] != start:
+            raise ValueError(
+                "the chat template renders a tool transcript's turns differently from the "
+                "whole conversation: it cannot be trained on turn by turn"
+            )
+        labels[len(start) : len(end)] = end[len(start) :]
+    return {"input_ids": input_ids, "labels": labels}
 
 
 def sft_config(spec: TrainingSpec, *, use_cuda: bool, use_bf16: bool) -> SFTConfig:

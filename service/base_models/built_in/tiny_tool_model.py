@@ -1,22 +1,33 @@
 """A tiny causal LM that calls a tool, built offline, so GRPO with tools runs on a CPU.
 
-``rft-tiny-tools`` knows one task: a user asks for the value stored under a key of
-:data:`LOOKUP_TABLE`, and the model may call the ``lookup`` tool (:data:`LOOKUP_TOOL_SOURCE`)
-before answering "The value of <key> is <value>.". Its tokenizer carries TRL's Qwen2.5 chat
-template verbatim, which is what lets ``GRPOTrainer(tools=...)`` parse its tool calls.
+``rft-tiny-tools`` knows one task: a user asks for the value stored under a key, and the
+model may call a one-argument lookup tool before answering "The value of <key> is <value>.".
+Its tokenizer carries TRL's Qwen2.5 chat template verbatim, which is what lets
+``GRPOTrainer(tools=...)`` parse its tool calls.
 
 A random model never writes a parseable tool call, so the build ends with a short supervised
-warm-up on transcripts rendered token for token the way GRPO renders them. In those transcripts
-only some first turns call the tool; the others answer at once with a guessed value. The warmed
-model therefore calls ``lookup`` sometimes, not always, and a reward for the right answer
+warm-up on transcripts rendered token for token the way GRPO renders them. Two things in those
+transcripts make the model *use* its tool rather than recite a table:
+
+- **randomised tables**: the value a transcript's tool returns is drawn at random for each
+  transcript, so no key has a value to memorise: copying the tool's result into the answer is
+  the only way the warm-up's answers can be predicted;
+- **several tools**: each transcript offers one of :data:`WARM_UP_TOOLS` (``lookup``,
+  ``get_value``, ``search``, with an argument ``key``, ``name`` or ``query``), so the call is
+  written from the schema in the system prompt, not from one memorised name.
+
+Only some first turns call the tool; the others answer at once with a guessed value. The warmed
+model therefore calls the tool sometimes, not always, and a reward for the right answer
 (:data:`LOOKUP_REWARD_SOURCE`) has something to improve: calling more often.
+:data:`LOOKUP_TABLE` and :data:`LOOKUP_TOOL_SOURCE` are the example task's table and tool.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +44,7 @@ TINY_TOOL_MODEL_NAME = "rft-tiny-tools"
 
 # Bump when anything below changes what gets built (the table, the phrasing, the warm-up): the
 # cache directory is named after it, so old builds are ignored.
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2
 _SEED = 11
 
 # Qwen's tool-call markers: whole tokens, but not special ones, exactly as in Qwen2.5's tokenizer
@@ -55,6 +66,17 @@ LOOKUP_TABLE: dict[str, str] = {
     "rho": "wolf",
 }
 
+# What the warm-up's randomised tables are drawn from: the example table's keys and values and
+# as many again. Every value is a whole word no other key or value contains.
+WARM_UP_KEYS: tuple[str, ...] = (
+    *LOOKUP_TABLE,
+    *("eta", "epsilon", "mu", "nu", "xi", "pi", "tau", "phi", "chi", "psi", "upsilon", "omicron"),
+)
+WARM_UP_VALUES: tuple[str, ...] = (
+    *LOOKUP_TABLE.values(),
+    *("oak", "sun", "tea", "pear", "frog", "dust", "gold", "leaf", "milk", "salt", "wind", "corn"),
+)
+
 _QUESTIONS = (
     "What is the value of {key}?",
     "What value is stored under {key}?",
@@ -64,17 +86,46 @@ _QUESTIONS = (
 )
 _ANSWER = "The value of {key} is {value}."
 
-LOOKUP_TOOL_SOURCE = f'''def lookup(key: str) -> str:
-    """Look up the value stored under a key.
+
+@dataclass(frozen=True)
+class WarmUpTool:
+    """One of the warm-up's tools: a function ``name(argument: str) -> str`` over a table."""
+
+    name: str = "lookup"
+    argument: str = "key"
+
+    def source(self, table: dict[str, str]) -> str:
+        """The tool's Python source, self-contained (the table is inside the function): it
+        needs nothing but the standard library, and never raises: an unknown key gets an
+        explanation back."""
+        return f'''def {self.name}({self.argument}: str) -> str:
+    """Look up the value stored under a {self.argument}.
 
     Args:
-        key: The key to look up.
+        {self.argument}: The {self.argument} to look up.
     """
-    table = {LOOKUP_TABLE!r}
-    return table.get(key, "no value is stored under " + repr(key))
+    table = {table!r}
+    return table.get({self.argument}, "no value is stored under " + repr({self.argument}))
 '''
-"""The ``lookup`` tool, self-contained (the table is inside the function): it needs nothing
-but the standard library, and never raises: an unknown key gets an explanation back."""
+
+    def function(self, table: dict[str, str] | None = None) -> Callable[[str], str]:
+        """The tool as a function (its schema does not depend on the table)."""
+        namespace: dict[str, Any] = {}
+        code = self.source(LOOKUP_TABLE if table is None else table)
+        exec(compile(code, f"<{self.name} tool>", "exec"), namespace)
+        function: Callable[[str], str] = namespace[self.name]
+        return function
+
+
+LOOKUP = WarmUpTool()
+WARM_UP_TOOLS: tuple[WarmUpTool, ...] = tuple(
+    WarmUpTool(name, argument)
+    for name in ("lookup", "get_value", "search")
+    for argument in ("key", "name", "query")
+)
+
+LOOKUP_TOOL_SOURCE = LOOKUP.source(LOOKUP_TABLE)
+"""The example task's ``lookup`` tool over :data:`LOOKUP_TABLE`."""
 
 LOOKUP_REWARD_SOURCE = '''import re
 
@@ -98,7 +149,7 @@ def correct_value(prompt, completion, example):
 # model calls about this often at temperature 1 (tests/training/test_tiny_tool_model.py measures).
 _CALL_SHARE = 0.4
 _WARMUP_TRANSCRIPTS = 2048
-_WARMUP_STEPS = 300
+_WARMUP_STEPS = 900
 _WARMUP_BATCH = 16
 _WARMUP_LEARNING_RATE = 3e-3
 
@@ -134,9 +185,7 @@ def lookup_dataset(n: int, seed: int = 0) -> list[dict[str, Any]]:
 def lookup_tool() -> Any:
     """The ``lookup`` function defined by :data:`LOOKUP_TOOL_SOURCE`, to hand to
     ``GRPOTrainer(tools=[...])``: the tool schema the warm-up rendered comes from it."""
-    namespace: dict[str, Any] = {}
-    exec(compile(LOOKUP_TOOL_SOURCE, "<lookup tool>", "exec"), namespace)
-    return namespace["lookup"]
+    return LOOKUP.function(LOOKUP_TABLE)
 
 
 def lookup_tool_schema() -> dict[str, Any]:
@@ -147,10 +196,10 @@ def lookup_tool_schema() -> dict[str, Any]:
     return schema
 
 
-def tool_call_text(key: str) -> str:
-    """A first turn calling ``lookup``, as the model writes it after the generation prompt: the
+def tool_call_text(key: str, tool: WarmUpTool = LOOKUP) -> str:
+    """A first turn calling ``tool``, as the model writes it after the generation prompt: the
     Qwen2.5 template's own rendering of the call, so the history renders back identically."""
-    call = json.dumps({"name": "lookup", "arguments": {"key": key}})
+    call = json.dumps({"name": tool.name, "arguments": {tool.argument: key}})
     return f"<tool_call>\n{call}\n</tool_call>{IM_END}"
 
 
@@ -193,19 +242,23 @@ def _tokenizer_corpus() -> Iterator[str]:
     # An empty tokenizer, only to render text with the chat template the way transformers does.
     renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
     renderer.chat_template = chat_template()
-    tool = lookup_tool()
-    for key, value in sorted(LOOKUP_TABLE.items()):
-        for question in _QUESTIONS:
-            messages = [{"role": "user", "content": question.format(key=key)}]
-            yield str(
-                renderer.apply_chat_template(
-                    messages, tools=[tool], add_generation_prompt=True, tokenize=False
+    for tool in WARM_UP_TOOLS:
+        for key in WARM_UP_KEYS:
+            for question in _QUESTIONS:
+                messages = [{"role": "user", "content": question.format(key=key)}]
+                yield str(
+                    renderer.apply_chat_template(
+                        messages,
+                        tools=[tool.function()],
+                        add_generation_prompt=True,
+                        tokenize=False,
+                    )
                 )
-            )
-        yield tool_call_text(key)
-        yield f"<tool_response>\n{value}\n</tool_response>"
-        for guess in sorted(LOOKUP_TABLE.values()):
-            yield answer_text(key, guess)
+            yield tool_call_text(key, tool)
+    for key in WARM_UP_KEYS:
+        for value in WARM_UP_VALUES:
+            yield f"<tool_response>\n{value}\n</tool_response>"
+            yield answer_text(key, value)
 
 
 class TranscriptRenderer:
@@ -214,41 +267,51 @@ class TranscriptRenderer:
     GRPO renders the prompt with the tool schema and a generation prompt, appends the tokens
     the model wrote, then the tool response formatted by the template, then the next turn's
     tokens. Prompts and tool responses are memoized: rendering one costs milliseconds, and
-    thousands of transcripts share a few dozen of each.
+    thousands of transcripts share a few hundred of each.
     """
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.tool = lookup_tool()
-        self._prompt_ids: dict[str, list[int]] = {}
+        self._tools: dict[WarmUpTool, Any] = {}
+        self._prompt_ids: dict[tuple[WarmUpTool, str], list[int]] = {}
         self._suffix_ids: dict[str, list[int]] = {}
 
     def transcript(
-        self, row: dict[str, Any], *, calls: bool, guess: str
+        self,
+        row: dict[str, Any],
+        *,
+        calls: bool,
+        guess: str,
+        tool: WarmUpTool = LOOKUP,
+        result: str | None = None,
     ) -> tuple[list[int], list[int]]:
         """The ids of one conversation for ``row``, and a mask that is 1 on the tokens the
-        model writes (the loss is on those only). ``calls``: the first turn calls ``lookup``
-        and the final answer names what it returned; otherwise the first turn answers at once
-        with ``guess``."""
-        prompt = self.prompt_ids(row["prompt"])
+        model writes (the loss is on those only). ``calls``: the first turn calls ``tool``
+        and the final answer names what it returned (``result``, or the example table's value);
+        otherwise the first turn answers at once with ``guess``."""
+        prompt = self.prompt_ids(row["prompt"], tool)
         key = row["key"]
         if not calls:
             answer = self._encode(answer_text(key, guess))
             return prompt + answer, [0] * len(prompt) + [1] * len(answer)
-        call = self._encode(tool_call_text(key))
-        result = self.tool(key)
+        call = self._encode(tool_call_text(key, tool))
+        if result is None:
+            result = self.tool(key)
         suffix = self.tool_suffix_ids(result)
         answer = self._encode(answer_text(key, result))
         ids = prompt + call + suffix + answer
         mask = [0] * len(prompt) + [1] * len(call) + [0] * len(suffix) + [1] * len(answer)
         return ids, mask
 
-    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The prompt as ``GRPOTrainer(tools=[lookup])`` tokenizes it."""
-        cache_key = json.dumps(messages, sort_keys=True)
+    def prompt_ids(self, messages: list[dict[str, Any]], tool: WarmUpTool = LOOKUP) -> list[int]:
+        """The prompt as ``GRPOTrainer(tools=[tool])`` tokenizes it."""
+        cache_key = (tool, json.dumps(messages, sort_keys=True))
         if cache_key not in self._prompt_ids:
+            if tool not in self._tools:
+                self._tools[tool] = tool.function()
             self._prompt_ids[cache_key] = self._render(
-                messages, tools=[self.tool], add_generation_prompt=True
+                messages, tools=[self._tools[tool]], add_generation_prompt=True
             )
         return self._prompt_ids[cache_key]
 
@@ -273,9 +336,9 @@ class TranscriptRenderer:
             self._suffix_ids[result] = full[last + 1 :]
         return self._suffix_ids[result]
 
-    def shared_prompt_prefix(self) -> list[int]:
-        """The longest start shared by every prompt rendered so far."""
-        prompts = list(self._prompt_ids.values())
+    def shared_prompt_prefix(self, tool: WarmUpTool = LOOKUP) -> list[int]:
+        """The longest start shared by every prompt offering ``tool`` rendered so far."""
+        prompts = [ids for (offered, _), ids in self._prompt_ids.items() if offered == tool]
         length = min(len(ids) for ids in prompts)
         while any(ids[:length] != prompts[0][:length] for ids in prompts):
             length -= 1
@@ -291,18 +354,39 @@ class TranscriptRenderer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
 
+def warm_up_transcripts(
+    renderer: TranscriptRenderer, rng: random.Random
+) -> dict[WarmUpTool, list[tuple[list[int], list[int]]]]:
+    """The warm-up's transcripts, by the tool they offer. Each draws its own table: the key's
+    value is a random one of :data:`WARM_UP_VALUES`, so only the tool's result predicts it."""
+    transcripts: dict[WarmUpTool, list[tuple[list[int], list[int]]]] = {
+        tool: [] for tool in WARM_UP_TOOLS
+    }
+    for _ in range(_WARMUP_TRANSCRIPTS):
+        tool = rng.choice(WARM_UP_TOOLS)
+        key = rng.choice(WARM_UP_KEYS)
+        row = {"prompt": [{"role": "user", "content": rng.choice(_QUESTIONS).format(key=key)}]}
+        transcripts[tool].append(
+            renderer.transcript(
+                {**row, "key": key},
+                calls=rng.random() < _CALL_SHARE,
+                guess=rng.choice(WARM_UP_VALUES),
+                tool=tool,
+                result=rng.choice(WARM_UP_VALUES),
+            )
+        )
+    return transcripts
+
+
 def _warm_up(model: Any, tokenizer: Any) -> None:
     """Supervised training on warm-up transcripts, seeded: a rebuild gives the same weights."""
     import torch
 
     rng = random.Random(_SEED)
-    values = sorted(LOOKUP_TABLE.values())
     renderer = TranscriptRenderer(tokenizer)
-    transcripts = [
-        renderer.transcript(row, calls=rng.random() < _CALL_SHARE, guess=rng.choice(values))
-        for row in lookup_dataset(_WARMUP_TRANSCRIPTS, seed=_SEED)
-    ]
-    prefix = renderer.shared_prompt_prefix()
+    transcripts = warm_up_transcripts(renderer, rng)
+    # A batch offers one tool, so its prompts share the system prompt (run once, below).
+    prefixes = {tool: renderer.shared_prompt_prefix(tool) for tool in WARM_UP_TOOLS}
     pad = tokenizer.convert_tokens_to_ids(PAD)
     # One thread: on a busy machine two threads made each step over ten times slower (they
     # wait on each other), and the weights must not depend on the caller's thread count.
@@ -312,8 +396,9 @@ def _warm_up(model: Any, tokenizer: Any) -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=_WARMUP_LEARNING_RATE)
         model.train()
         for _ in range(_WARMUP_STEPS):
-            batch = [transcripts[rng.randrange(len(transcripts))] for _ in range(_WARMUP_BATCH)]
-            loss = _loss_after_shared_prefix(model, prefix, batch, pad)
+            tool = rng.choice(WARM_UP_TOOLS)
+            batch = [rng.choice(transcripts[tool]) for _ in range(_WARMUP_BATCH)]
+            loss = _loss_after_shared_prefix(model, prefixes[tool], batch, pad)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
