@@ -6,6 +6,9 @@ with a memorised value."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from trl.chat_template_utils import (
 
 from sandbox.api import RewardForm
 from sandbox.inspection import find_reward_entry_point
+from service.base_models.built_in import tiny_tool_model
 from service.base_models.built_in.model_building import directory_digest
 from service.base_models.built_in.tiny_model import resolve_base_model
 from service.base_models.built_in.tiny_tool_model import (
@@ -49,7 +53,7 @@ from workers.training.sft import trained_examples
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The model an earlier session built and kept (tests/conftest.py), in a cache of its own
     (the shared model cache is checked to hold rft-tiny alone); built here only when none was
-    kept. test_builds_byte_identical_models builds it once more and compares."""
+    kept."""
     started = time.perf_counter()
     with built_in_models_reused(tmp_path_factory.mktemp("tool-models")) as cache:
         path = ensure_tiny_tool_model(cache)
@@ -62,12 +66,38 @@ def tokenizer(model_dir: Path) -> Any:
     return add_response_schema(AutoTokenizer.from_pretrained(model_dir))
 
 
-def test_builds_byte_identical_models(model_dir: Path, tmp_path: Path) -> None:
-    # Against the kept model where there is one: a build in another session, keyed by the same
-    # builders and pins (what the keeping relies on), must match byte for byte.
-    again = ensure_tiny_tool_model(tmp_path)
-    assert again != model_dir
-    assert directory_digest(again) == directory_digest(model_dir)
+# Two builds of the recipe with its warm-up cut short, one in another process with another
+# hash seed (as another session would build it): every step of the warm-up is the same code,
+# so a short one shows what a full one would (the full build: ~45-90 s of CPU on 2 cores).
+SHORT_BUILD = """
+import sys
+from pathlib import Path
+from service.base_models.built_in import tiny_tool_model
+tiny_tool_model._WARMUP_STEPS = int(sys.argv[2])
+print(tiny_tool_model.ensure_tiny_tool_model(Path(sys.argv[1])))
+"""
+SHORT_WARM_UP_STEPS = 12
+
+
+def test_builds_byte_identical_models(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keeping a built model across sessions (keyed by the builders and pins) relies on a build
+    in another process matching byte for byte."""
+    monkeypatch.setattr(tiny_tool_model, "_WARMUP_STEPS", SHORT_WARM_UP_STEPS)
+    here = ensure_tiny_tool_model(tmp_path / "here")
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", SHORT_BUILD, str(tmp_path / "elsewhere"), str(SHORT_WARM_UP_STEPS)],
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    again = Path(elsewhere.stdout.strip().splitlines()[-1])
+    assert again != here and again.is_dir()
+    assert directory_digest(again) == directory_digest(here)
+    monkeypatch.undo()
     assert ensure_tiny_tool_model(model_dir.parent) == model_dir  # reused, not rebuilt
     assert resolve_base_model(TINY_TOOL_MODEL_NAME, model_dir.parent) == str(model_dir)
 
