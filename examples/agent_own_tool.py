@@ -177,13 +177,8 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
 
         # One rollout of the last step, turn by turn.
         completion = next(iter(client.jobs.completions(job.id, step=steps[-1].step)))
-        for message in completion.trajectory or []:
-            if isinstance(message, rft.AssistantMessage):
-                calls_text = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-                print(f"  assistant: {message.content!r} {calls_text}")
-            elif isinstance(message, rft.ToolMessage):
-                outcome = message.error.kind if message.error else repr(message.content)
-                print(f"  {message.name} -> {outcome}")
+        for line in rft.trajectory_lines(completion.trajectory or []):
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

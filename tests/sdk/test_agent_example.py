@@ -80,4 +80,4 @@ def test_the_own_tool_example_trains_an_agent_that_answers_from_the_tool(
     assert float(rewards[2]) > float(rewards[1]), output
     from_tool = re.search(r"answers equal to the tool's result, last \d+ steps: ([\d.]+)", output)
     assert from_tool is not None and float(from_tool[1]) >= 0.6, output
-    assert "  get_word -> " in output, output
+    assert "  -> get_word(" in output, output  # a call of the last step's rollout, as it was made

@@ -16,10 +16,10 @@ import yaml
 from typer.testing import CliRunner
 
 import rft
+from rft.agents import trajectory_lines
 from rft.cli import app as cli_app
 from rft.cli import context as cli_context
 from rft.cli.files import config_to_yaml, read_config, read_job_spec
-from rft.cli.summaries import trajectory_lines
 from tests.sdk.agent_records import COMPLETION, STEP
 from tests.tiny import TINY_HYPERPARAMETERS
 

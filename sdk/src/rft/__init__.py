@@ -15,6 +15,7 @@ from rft.agents import (
     ToolMessage,
     ToolStepMetrics,
     TrajectoryMessage,
+    trajectory_lines,
 )
 from rft.chat import ChatCompletion, ChatCompletionChunk, TextCompletion, TextCompletionChunk
 from rft.client import AsyncClient, Client
@@ -160,4 +161,5 @@ __all__ = [
     "WorkerKindEstimate",
     "__version__",
     "function_source",
+    "trajectory_lines",
 ]

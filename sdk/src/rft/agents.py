@@ -13,8 +13,9 @@ and each step its ``agent_metrics``.
 from __future__ import annotations
 
 import ast
+import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, TypeAlias, TypeVar
 
@@ -410,3 +411,58 @@ class EnvironmentMap(ConfigMap[EnvironmentConfig]):
 
     def _converted(self, name: str, value: Any) -> EnvironmentConfig:
         return to_environment_config(value)
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text."""
+    # Multi-part content ([{"type": "text", "text": ...}, ...]) shows its text parts.
+    if isinstance(content, list):
+        return " ".join(
+            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content
+        )
+    return "" if content is None else str(content)
+
+
+TOOL_RESULT_CHARS_SHOWN = 400
+
+
+def _shortened(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def tool_call_text(call: ToolCall) -> str:
+    """``search(query="weather", k=3)``: the call as the model made it, values as JSON;
+    arguments that are no JSON object are shown as the model wrote them."""
+    if isinstance(call.arguments, dict):
+        arguments = ", ".join(
+            f"{name}={json.dumps(value, ensure_ascii=False)}"
+            for name, value in call.arguments.items()
+        )
+    else:
+        arguments = call.arguments or ""
+    return f"{call.name}({arguments})"
+
+
+def trajectory_lines(
+    trajectory: Sequence[TrajectoryMessage], *, max_result_chars: int = TOOL_RESULT_CHARS_SHOWN
+) -> list[str]:
+    """An agent's rollout turn by turn: assistant text, ``-> tool(args)`` for each call,
+    ``<- result`` or ``!! kind: message`` for each answer, and where it was cut off."""
+    lines: list[str] = []
+    for message in trajectory:
+        if isinstance(message, AssistantMessage):
+            if message.content:
+                lines.append(f"assistant: {message.content}")
+            lines.extend(f"  -> {tool_call_text(call)}" for call in message.tool_calls)
+            if message.truncated:
+                lines.append("[truncated: the rollout was cut off here]")
+        elif isinstance(message, ToolMessage):
+            if message.error is not None:
+                lines.append(f"  !! {message.name} {message.error.kind}: {message.error.message}")
+            else:
+                lines.append(f"  <- {_shortened(message.content, max_result_chars)}")
+            if message.truncated:
+                lines.append("[truncated: the rollout was cut off here]")
+        else:
+            lines.append(f"{message.role}: {content_text(message.content)}")
+    return lines

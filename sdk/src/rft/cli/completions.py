@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from rft.agents import trajectory_lines
 from rft.cli.context import client_for, console, error_console, plain, reports_errors
-from rft.cli.summaries import prompt_as_text, trajectory_lines
+from rft.cli.summaries import prompt_as_text
 from rft.models import Completion
 
 completions_app = typer.Typer(help="Look at sampled completions.", no_args_is_help=True)

@@ -1,17 +1,16 @@
-"""Short plain-text readings of API results for the terminal: a config dry run, a chat prompt,
-an agent's trajectory.
+"""Short plain-text readings of API results for the terminal: a config dry run, a chat prompt
+(an agent's trajectory: ``rft.trajectory_lines``).
 
 The full results stay one flag away (``--json``); these say what a person decides on.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from rft.agents import AssistantMessage, ToolCall, ToolMessage, TrajectoryMessage
+from rft.agents import content_text
 from rft.models import DryRunResult, JobConfig, RewardFunction, RewardModel
 
 # A changed score smaller than this is rounding noise, not a change.
@@ -27,7 +26,7 @@ def prompt_as_text(prompt: Any, *, max_chars: int | None = None) -> str:
         lines = []
         for message in prompt:
             if isinstance(message, dict) and "role" in message:
-                lines.append(f"{message['role']}: {_content_text(message.get('content'))}")
+                lines.append(f"{message['role']}: {content_text(message.get('content'))}")
             else:
                 lines.append(str(message))
         text = "\n".join(lines)
@@ -36,15 +35,6 @@ def prompt_as_text(prompt: Any, *, max_chars: int | None = None) -> str:
     if max_chars is not None and len(text) > max_chars:
         text = text[: max_chars - 1] + "…"
     return text
-
-
-def _content_text(content: Any) -> str:
-    # Multi-part content ([{"type": "text", "text": ...}, ...]) shows its text parts.
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content
-        )
-    return "" if content is None else str(content)
 
 
 def config_changes(current: JobConfig, proposed: JobConfig) -> list[str]:
@@ -124,48 +114,5 @@ def dry_run_summary(current: JobConfig, proposed: JobConfig, result: DryRunResul
             lines.append(f"  … and {len(messages) - MAX_ERRORS_SHOWN} more (--json shows all)")
     return lines
 
-
-# A tool's result can be a whole web page: the terminal shows its start.
-TOOL_RESULT_CHARS_SHOWN = 400
-
-
-def _shortened(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
-
-
-def tool_call_text(call: ToolCall) -> str:
-    """``search(query="weather", k=3)``: the call as the model made it, values as JSON;
-    arguments that are no JSON object are shown as the model wrote them."""
-    if isinstance(call.arguments, dict):
-        arguments = ", ".join(
-            f"{name}={json.dumps(value, ensure_ascii=False)}"
-            for name, value in call.arguments.items()
-        )
-    else:
-        arguments = call.arguments or ""
-    return f"{call.name}({arguments})"
-
-
-def trajectory_lines(
-    trajectory: Sequence[TrajectoryMessage], *, max_result_chars: int = TOOL_RESULT_CHARS_SHOWN
-) -> list[str]:
-    """An agent's rollout turn by turn: assistant text, ``-> tool(args)`` for each call,
-    ``<- result`` or ``!! kind: message`` for each answer, and where it was cut off."""
-    lines: list[str] = []
-    for message in trajectory:
-        if isinstance(message, AssistantMessage):
-            if message.content:
-                lines.append(f"assistant: {message.content}")
-            lines.extend(f"  -> {tool_call_text(call)}" for call in message.tool_calls)
-            if message.truncated:
-                lines.append("[truncated: the rollout was cut off here]")
-        elif isinstance(message, ToolMessage):
-            if message.error is not None:
-                lines.append(f"  !! {message.name} {message.error.kind}: {message.error.message}")
-            else:
-                lines.append(f"  <- {_shortened(message.content, max_result_chars)}")
-            if message.truncated:
-                lines.append("[truncated: the rollout was cut off here]")
-        else:
-            lines.append(f"{message.role}: {_content_text(message.content)}")
+    # A tool's result can be a whole web page: the terminal shows its start.
     return lines
