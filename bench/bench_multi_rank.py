@@ -1,6 +1,9 @@
-"""Time per step of one job on 1 process, on 2 (torchrun, DDP over gloo on CPU) and on 2
-emulated machines of 1 process each (num_nodes=2: two workers, torchrun --nnodes 2), same
-global batch (prompts_per_step x num_generations completions per step), through the API.
+"""Time per step of one job on 1 process, on 2 (DDP over gloo on CPU) and on 2 emulated
+machines of 1 process each (num_nodes=2: two workers), same global batch (prompts_per_step x
+num_generations completions per step), through the API. The 2-process job runs twice per
+repetition: with its ranks forked from the worker's spare template (the default on a machine
+without a GPU, workers.training.rank_processes) and under torchrun (RFT_SPARE_FORK=never), so
+that what forking saves at the start (submit -> succeeded) is measured side by side.
 
 A LocalStack per layout (RFT_WORKER_DEVICES, one worker per node), all three started before
 any job runs; then, per repetition, one job on each layout in turn (1x1, 1x2, 2x1, 1x1, ...),
@@ -38,13 +41,15 @@ REWARD = (
 )
 
 
-LAYOUTS = ((1, 1), (1, 2), (2, 1))  # (nodes, processes per node)
+# (nodes, processes per node, RFT_SPARE_FORK): "auto" forks a job's ranks here (no GPU).
+LAYOUTS = ((1, 1, "auto"), (1, 2, "auto"), (2, 1, "auto"), (1, 2, "never"))
 
 
 @dataclass
 class Layout:
     nodes: int
     processes: int
+    spare_fork: str
     stack: LocalStack
     key: str
     durations: list[list[float]] = field(default_factory=list)  # per repetition, per step
@@ -52,21 +57,29 @@ class Layout:
 
     @property
     def name(self) -> str:
-        return f"{self.nodes} node(s) x {self.processes} process(es)"
+        launcher = (
+            ""
+            if self.processes * self.nodes == 1
+            else (", torchrun" if self.spare_fork == "never" else ", forked ranks")
+        )
+        return f"{self.nodes} node(s) x {self.processes} process(es){launcher}"
 
 
-def start_layout(stacks: contextlib.ExitStack, nodes: int, processes: int) -> Layout:
+def start_layout(
+    stacks: contextlib.ExitStack, nodes: int, processes: int, spare_fork: str
+) -> Layout:
     work = Path(tempfile.mkdtemp(prefix=f"rft-bench-ranks-{nodes}x{processes}-"))
     env = {
         "RFT_WORKER_DEVICES": str(processes),
         "RFT_WORKER_ADDRESS": "127.0.0.1",
+        "RFT_SPARE_FORK": spare_fork,
         "OMP_NUM_THREADS": "1",
     }
     stack = stacks.enter_context(LocalStack(work / "stack", workers=nodes, extra_env=env))
     assert stack.database_url
     use_database(stack.database_url)
     _, key = create_tenant_key()
-    return Layout(nodes, processes, stack, key)
+    return Layout(nodes, processes, spare_fork, stack, key)
 
 
 def run(layout: Layout, steps: int) -> None:
@@ -111,10 +124,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
     with contextlib.ExitStack() as stacks:
-        layouts = [start_layout(stacks, nodes, processes) for nodes, processes in LAYOUTS]
+        layouts = [start_layout(stacks, *layout) for layout in LAYOUTS]
         for repeat in range(args.repeats):
             # Round-robin, its starting layout rotated: no layout always runs first.
-            for layout in layouts[repeat % 3 :] + layouts[: repeat % 3]:
+            start = repeat % len(layouts)
+            for layout in layouts[start:] + layouts[:start]:
                 run(layout, args.steps)
             print(f"repetition {repeat + 1}/{args.repeats} done, load {os.getloadavg()[0]:.1f}")
     base = layouts[0]
