@@ -196,7 +196,12 @@ def assert_lookup_results_match_the_table(trajectory: list[dict[str, Any]]) -> N
             calls.extend(message.get("tool_calls") or [])
         elif message["role"] == "tool":
             call = calls.pop(0)
-            assert message["name"] == call["name"] == "lookup", trajectory
+            assert message["name"] == call["name"], trajectory
+            if call["name"] != "lookup":
+                # The tool model was warmed up on several tools' names: one this job does not
+                # offer is answered with an error, and the rollout goes on.
+                assert message["error"]["kind"] == "unknown_tool", trajectory
+                continue
             if message["error"] is not None:
                 continue  # arguments the model did not write as an object: TRL answers those
             key = call["arguments"]["key"]

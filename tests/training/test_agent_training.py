@@ -200,7 +200,7 @@ def test_every_rollout_is_recorded_turn_by_turn(
     lookup_run: tuple[TrainingOutcome, RecordingObserver],
 ) -> None:
     _, observer = lookup_run
-    called = 0
+    called = lookups = 0
     for record in observer.records:
         assert record.agent_metrics is not None
         for completion in record.completions:
@@ -213,7 +213,14 @@ def test_every_rollout_is_recorded_turn_by_turn(
             assert completion.completion == finals[-1]["content"]
             for call, message in calls_and_results(trajectory):
                 called += 1
-                assert message["name"] == "lookup" == call["name"]
+                assert message["name"] == call["name"]
+                if call["name"] != "lookup":
+                    # The tool model's warm-up offered several tools (get_value, search...): a
+                    # call of one this job does not offer is answered with an error, and the
+                    # rollout goes on.
+                    assert message["error"]["kind"] == "unknown_tool", message
+                    continue
+                lookups += 1
                 if message["error"] is None:
                     assert message["duration_s"] > 0
                     # The result the sandbox returned is what the model was shown.
@@ -221,7 +228,7 @@ def test_every_rollout_is_recorded_turn_by_turn(
                     assert message["content"] == LOOKUP_TABLE.get(
                         key, "no value is stored under " + repr(key)
                     )
-    assert called > 0
+    assert lookups > 0 and called >= lookups
 
 
 def test_environment_faults_are_data_and_swapped_mid_run(
@@ -240,8 +247,9 @@ def test_environment_faults_are_data_and_swapped_mid_run(
         functions=trajectory_rewards,
         environments=[EnvironmentSpec("vault", CONSTANT_VAULT_SOURCE, "Vault", version=2)],
     )
-    # Only sealed (alpha) and slow (beta) keys, and one good one, so faults come up at once.
-    rows = [row for row in lookup_dataset(200, seed=3) if row["key"] in {"alpha", "beta", "rho"}]
+    # Only sealed (alpha) and slow (beta) keys, so faults come up at once: the tool model calls
+    # lookup on a fifth of its first turns at the start (and may name another tool).
+    rows = [row for row in lookup_dataset(200, seed=3) if row["key"] in {"alpha", "beta"}]
     spec = agent_spec(
         tmp_path / "vault", tool_model_cache, config, train_steps=4, tool_timeout_s=1.0
     )
