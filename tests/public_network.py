@@ -12,6 +12,7 @@ without them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -25,12 +26,26 @@ HTTP_PORT = 8080
 HTTPS_PORT = 8443
 ECHO_PORT = 7007
 GREETING = "hello from the public side"
+# What POST /endpoint/word/<key> answers for {"name": <register>}: a user's own tool's table.
+# Its names and words are ones the built-in tiny tool model can write (its warm-up's keys and
+# values, docs/agents.md); the pairing is no table it was warmed up on.
+REGISTER_WORDS = {
+    "epsilon": "pear",
+    "nu": "dust",
+    "xi": "salt",
+    "pi": "wolf",
+    "tau": "star",
+    "phi": "lime",
+    "chi": "snow",
+    "psi": "rain",
+}
 
 SERVER = r"""
 import collections, http.server, json, socket, socketserver, ssl, sys, threading, time
 
 address, cert, key, greeting = sys.argv[1:5]
 http_port, https_port, echo_port = map(int, sys.argv[5:8])
+words = json.loads(sys.argv[8])
 
 class Greeter(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -44,7 +59,7 @@ class Greeter(http.server.BaseHTTPRequestHandler):
         # The endpoints of HTTP tools and graders (POST /endpoint/<behaviour>/<key>): echo,
         # flaky (5xx until a key's third try), slow, malformed (not JSON), status/<code>,
         # score (a grader: {"score": ...} from the body's "score" field of the reference),
-        # counts (how often each key was tried).
+        # counts (how often each key was tried), word (a tool: the word of the body's "name").
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         parts = self.path.strip("/").split("/")
         behaviour, key = parts[1], "/".join(parts[1:])
@@ -68,6 +83,9 @@ class Greeter(http.server.BaseHTTPRequestHandler):
             answer = {"score": json.loads(body)["item"]["score"]}
         elif behaviour == "counts":
             answer = dict(tries)
+        elif behaviour == "word":
+            name = (json.loads(body or b"null") or {}).get("name")
+            answer = words.get(name, f"no register called {name!r}")
         data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
@@ -130,6 +148,25 @@ def public_addresses() -> PublicHost:
     return PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
 
 
+def remove_stale_public_hosts() -> None:
+    """Delete the namespaces (and host ends) of test processes that are gone: a run killed
+    before its teardown leaves them, and a later process whose pid lands on the same /30
+    would find its address already routed to the dead one's veth."""
+    listed = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        owner = name.removeprefix("rft-public-")
+        if name == owner or not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        for command in (
+            ("netns", "delete", name),
+            ("link", "delete", f"rfp{int(owner) % 100000}h"),
+        ):
+            subprocess.run(["ip", *command], capture_output=True, timeout=30, check=False)
+
+
 @contextlib.contextmanager
 def public_host() -> Iterator[PublicHost]:
     namespace = f"rft-public-{os.getpid()}"
@@ -141,6 +178,7 @@ def public_host() -> Iterator[PublicHost]:
     def ip(*arguments: str) -> None:
         subprocess.run(["ip", *arguments], check=True, capture_output=True, timeout=30)
 
+    remove_stale_public_hosts()
     try:
         ip("netns", "add", namespace)
         ip("link", "add", outside, "type", "veth", "peer", "name", inside)
@@ -162,7 +200,7 @@ def public_host() -> Iterator[PublicHost]:
             [
                 "ip", "netns", "exec", namespace, sys.executable, "-c", SERVER, host.address,
                 str(folder / "cert.pem"), str(folder / "key.pem"), GREETING,
-                str(HTTP_PORT), str(HTTPS_PORT), str(ECHO_PORT),
+                str(HTTP_PORT), str(HTTPS_PORT), str(ECHO_PORT), json.dumps(REGISTER_WORDS),
             ],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -312,17 +312,30 @@ def _check_conversations(rows: list[dict[str, Any]], file_format: FileFormat) ->
 
 
 def check_messages(messages: list[Any], where: str, column: str) -> None:
-    """A non-empty list of {"role", "content"} messages (content a string), or InvalidDataset
-    naming ``where`` and the message."""
+    """A non-empty list of {"role", "content"} messages (content a string; null or absent in
+    an assistant message with tool_calls, as OpenAI's chat format writes a call), or
+    InvalidDataset naming ``where`` and the message."""
     if not messages:
         raise InvalidDataset(f"{where}: {column!r} is an empty list of messages")
     for position, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+        if not isinstance(message, dict) or not (
+            isinstance(message.get("content"), str) or _calls_instead_of_content(message)
+        ):
             raise InvalidDataset(
-                f"{where}: message {position} must be an object with a string 'content'"
+                f"{where}: message {position} must be an object with a string 'content' "
+                "(null only in an assistant message with 'tool_calls')"
             )
         if message.get("role") not in CHAT_ROLES:
             raise InvalidDataset(
                 f"{where}: message {position} has role {message.get('role')!r}; "
                 f"expected one of {sorted(CHAT_ROLES)}"
             )
+
+
+def _calls_instead_of_content(message: dict[str, Any]) -> bool:
+    return (
+        message.get("content") is None
+        and message.get("role") == "assistant"
+        and isinstance(message.get("tool_calls"), list)
+        and bool(message["tool_calls"])
+    )

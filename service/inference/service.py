@@ -92,22 +92,42 @@ def fine_tuned_model_name(base_model: str, job_id: str, step: int | None = None)
     return name if step is None else f"{name}:ckpt-step-{step}"
 
 
-def _resolve_fine_tuned(session: Session, tenant_id: str, name: str) -> ServedModel:
+@dataclass(frozen=True)
+class FineTunedName:
+    """The parts of ``ft:<base model>:<job id>[:ckpt-step-<step>]``."""
+
+    base_model: str
+    job_id: str
+    step: int | None
+
+
+def is_fine_tuned_name(name: str) -> bool:
+    return name.startswith(FINE_TUNED_PREFIX)
+
+
+def parse_fine_tuned_name(name: str) -> FineTunedName:
+    """UnknownModel for a name that has the ``ft:`` prefix and not the rest of the form."""
     rest = name.removeprefix(FINE_TUNED_PREFIX)
     step_match = FINE_TUNED_STEP_SUFFIX.search(rest)
     if step_match is not None:
         rest = rest[: step_match.start()]
     base_model, _, job_id = rest.rpartition(":")
-    if not job_id.startswith(JOB_ID_PREFIX):
+    if not base_model or not job_id.startswith(JOB_ID_PREFIX):
         raise UnknownModel(
             f"model {name!r}: a fine-tuned model is named 'ft:<base model>:<job id>', "
             "optionally followed by ':ckpt-step-<step>'"
         )
-    job = get_job(session, tenant_id, job_id)
-    if job.base_model != base_model:
+    step = int(step_match.group(1)) if step_match is not None else None
+    return FineTunedName(base_model=base_model, job_id=job_id, step=step)
+
+
+def _resolve_fine_tuned(session: Session, tenant_id: str, name: str) -> ServedModel:
+    parts = parse_fine_tuned_name(name)
+    job = get_job(session, tenant_id, parts.job_id)
+    if job.base_model != parts.base_model:
         raise UnknownModel(f"model {name!r}: job {job.id} trains {job.base_model!r}")
-    if step_match is not None:
-        uri = checkpoint_uri(session, tenant_id, job.id, int(step_match.group(1)))
+    if parts.step is not None:
+        uri = checkpoint_uri(session, tenant_id, job.id, parts.step)
     else:
         uri = final_adapter_uri(session, tenant_id, job.id)
     return ServedModel(
@@ -116,7 +136,7 @@ def _resolve_fine_tuned(session: Session, tenant_id: str, name: str) -> ServedMo
 
 
 def resolve_model(session: Session, tenant_id: str, name: str) -> ServedModel:
-    if name.startswith(FINE_TUNED_PREFIX):
+    if is_fine_tuned_name(name):
         return _resolve_fine_tuned(session, tenant_id, name)
     job_id, colon, suffix = name.partition(":")
     if colon:

@@ -140,3 +140,38 @@ def test_full_fine_tuning_neither_continues_nor_is_continued(
     assert response.status_code == 400, response.text
     assert f"job {full_parent!r} trained every weight" in response.json()["detail"]
     assert job_count(client) == before + 1
+
+
+def test_openai_s_fine_tuned_model_names_continue_a_job_or_say_what_is_wrong(
+    client: httpx.Client, other_client: httpx.Client, dataset_id: str
+) -> None:
+    """OpenAI's fine-tuning API continues a fine-tuned model when ``model`` names one: here
+    ``ft:<base>:<job id>[:ckpt-step-N]`` is the job's init_from. A name of the wrong form, or of
+    the wrong base model, is a 400 naming ``model``; another tenant's job is a 404 like a missing
+    one; a job without the weights is the init_from 400; nothing is created by any of them."""
+    parent = cancelled_job(client, dataset_id)
+    base = client.get(f"/v1/jobs/{parent}").json()["base_model"]
+    foreign = cancelled_job(other_client, upload_rows(other_client))
+    before = job_count(client)
+
+    def create(model: str) -> httpx.Response:
+        return client.post(
+            "/v1/fine_tuning/jobs",
+            json={"model": model, "training_file": dataset_id, "method": {"type": "supervised"}},
+        )
+
+    malformed = create(f"ft:{base}:ds_0123")
+    assert malformed.status_code == 400, malformed.text
+    assert "a fine-tuned model is named 'ft:<base model>:<job id>'" in malformed.text
+    assert malformed.json()["error"]["param"] == "model"
+    wrong_base = create(f"ft:other/model:{parent}")
+    assert wrong_base.status_code == 400
+    assert f"job {parent} trains {base!r}, not 'other/model'" in wrong_base.text
+    for missing in (f"ft:{base}:job_nope", f"ft:{base}:{foreign}"):
+        response = create(missing)
+        assert response.status_code == 404, response.text
+        assert f"No such model: {missing}" in response.text
+    unfinished = create(f"ft:{base}:{parent}:ckpt-step-2")
+    assert unfinished.status_code == 400
+    assert "has no checkpoint at step 2" in unfinished.text
+    assert job_count(client) == before

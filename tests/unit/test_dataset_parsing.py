@@ -33,6 +33,26 @@ def test_parquet_cells_become_json_values() -> None:
     assert parsed.rows == [{"prompt": "p", "score": None, "n": 3}]
 
 
+def test_openai_s_tool_calling_conversations_are_read_and_a_null_content_only_with_calls() -> None:
+    """OpenAI's chat fine-tuning format writes a tool call as an assistant message whose
+    content is null: such a file uploads; a null content anywhere else is refused."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    conversation = [
+        {"role": "user", "content": "Use f."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "assistant", "content": "It is 42."},
+    ]
+    parsed = parse_dataset(json.dumps({"messages": conversation}).encode(), "jsonl", max_rows=10)
+    assert parsed.rows[0]["messages"] == conversation
+    for wrong in ({**conversation[1], "tool_calls": []}, {**conversation[2], "content": None}):
+        row = {"messages": [conversation[0], wrong]}
+        with pytest.raises(
+            InvalidDataset, match=r"record 1: message 1 must be .* string 'content'"
+        ):
+            parse_dataset(json.dumps(row).encode(), "jsonl", max_rows=10)
+
+
 def test_mixed_prompt_kinds_are_rejected() -> None:
     content = b'{"prompt": "a"}\n{"prompt": [{"role": "user", "content": "b"}]}\n'
     with pytest.raises(InvalidDataset, match="mixed prompts"):

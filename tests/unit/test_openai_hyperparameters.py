@@ -104,3 +104,66 @@ def test_supervised_hyperparameters_map_onto_sft_and_back() -> None:
         our_supervised_hyperparameters(
             SupervisedHyperparameters(batch_size=0), model="org/m", seed=None, rows=10
         )
+
+
+def test_rft_s_own_hyperparameters_ride_beside_openai_s() -> None:
+    """What OpenAI has no name for (temperature, completion length, the schedule) is given by
+    rft's name in the same object, and both built-in tiny models get the tiny preset."""
+    ours = our_hyperparameters(
+        ReinforcementHyperparameters.model_validate(
+            {"batch_size": 4, "temperature": 0.7, "max_completion_length": 64}
+        ),
+        model="rft-tiny-tools",
+        seed=None,
+        rows=8,
+    )
+    assert (ours.preset, ours.prompts_per_step) == ("tiny-cpu", 4)
+    assert (ours.temperature, ours.max_completion_length) == (0.7, 64)
+    # Ours for a setting OpenAI's names leave "auto": n_epochs then counts our steps' prompts.
+    by_ours = our_hyperparameters(
+        ReinforcementHyperparameters.model_validate({"n_epochs": 2, "prompts_per_step": 4}),
+        model="rft-tiny",
+        seed=None,
+        rows=8,
+    )
+    assert (by_ours.prompts_per_step, by_ours.train_steps) == (4, 4)
+    sft = our_supervised_hyperparameters(
+        SupervisedHyperparameters.model_validate(
+            {
+                "learning_rate": 4e-3,
+                "lr_scheduler_type": "constant_with_warmup",
+                "warmup_ratio": 0.1,
+            }
+        ),
+        model="rft-tiny-tools",
+        seed=None,
+        rows=8,
+    )
+    assert (sft.learning_rate, sft.warmup_ratio) == (4e-3, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"temprature": 0.7}, "temprature is not a hyperparameter"),
+        ({"batch_size": 4, "prompts_per_step": 4}, r"batch_size \(OpenAI's\) and prompts_per_step"),
+        ({"temperature": -1}, "temperature"),
+        ({"warmup_ratio": 0.1}, "^hyperparameters: .*lr_scheduler_type 'constant' has no warmup"),
+    ],
+)
+def test_a_misspelt_doubled_or_invalid_rft_name_is_a_400_naming_it(
+    given: dict[str, float], message: str
+) -> None:
+    with pytest.raises(InvalidJobRequest, match=message):
+        our_hyperparameters(
+            ReinforcementHyperparameters.model_validate(given), model="rft-tiny", seed=None, rows=4
+        )
+    with pytest.raises(InvalidJobRequest, match=r"learning_rate_multiplier \(OpenAI's\)"):
+        our_supervised_hyperparameters(
+            SupervisedHyperparameters.model_validate(
+                {"learning_rate": 1e-3, "learning_rate_multiplier": 2.0}
+            ),
+            model="org/m",
+            seed=None,
+            rows=4,
+        )

@@ -18,7 +18,8 @@ FineTuningJobStatus = Literal[
 
 
 class ReinforcementHyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # OpenAI's names, and rft's own by name beside them (service.our_extensions checks those).
+    model_config = ConfigDict(extra="allow")
 
     batch_size: Auto | int | None = Field(None, description="-> prompts_per_step")
     compute_multiplier: Auto | float | None = Field(None, description="x num_generations")
@@ -67,7 +68,7 @@ class ReinforcementMethod(BaseModel):
 
 
 class SupervisedHyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # as ReinforcementHyperparameters
 
     batch_size: Auto | int | None = Field(None, description="-> batch_size")
     learning_rate_multiplier: Auto | float | None = Field(None, description="x learning_rate")

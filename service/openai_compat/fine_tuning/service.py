@@ -8,24 +8,31 @@ mapping)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
+from service.base_models.service import BUILT_IN_MODELS
 from service.datasets.service import get_dataset
 from service.errors import BadRequest, NotFound
 from service.events.repository import EventRepository
 from service.http_tools.schemas import HttpToolCreate
 from service.http_tools.service import http_declaration, seal_header_values
-from service.inference.service import fine_tuned_model_name
+from service.inference.service import (
+    UnknownModel,
+    fine_tuned_model_name,
+    is_fine_tuned_name,
+    parse_fine_tuned_name,
+)
 from service.job_configs.repository import JobConfigRepository
 from service.jobs import service as jobs
 from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.method_datasets import DatasetUnfitForMethod
-from service.jobs.schemas import JobCreate
+from service.jobs.schemas import InitFrom, JobCreate
 from service.jobs.status import JobStatus
 from service.models import Dataset, Job
 from service.openai_compat.files.schemas import OpenAIPage
@@ -51,7 +58,6 @@ from service.openai_compat.graders.compile import (
 from service.openai_compat.graders.schemas import Grader
 from service.settings import get_settings
 
-TINY_MODEL = "rft-tiny"
 TINY_PRESET = "tiny-cpu"
 # Sampled completions per prompt at compute_multiplier 1 is the preset's (or default's)
 # num_generations; GRPO needs at least two to compare.
@@ -93,17 +99,59 @@ def openai_status(status: JobStatus) -> FineTuningJobStatus:
 
 
 def preset_for(model: str) -> str | None:
-    """rft-tiny trains with its own recipe (the tiny-cpu preset); other models use ours."""
-    return TINY_PRESET if model == TINY_MODEL else None
+    """The built-in tiny models train with their own recipe (the tiny-cpu preset); other
+    models use ours."""
+    return TINY_PRESET if model in BUILT_IN_MODELS else None
+
+
+# rft's hyperparameters that one of OpenAI's sets (ours -> theirs): a request gives one name
+# or the other, never both.
+REINFORCEMENT_NAMES = {
+    "prompts_per_step": "batch_size",
+    "train_steps": "n_epochs",
+    "learning_rate": "learning_rate_multiplier",
+    "num_generations": "compute_multiplier",
+    "eval_every": "eval_interval",
+}
+SUPERVISED_NAMES = {"train_steps": "n_epochs", "learning_rate": "learning_rate_multiplier"}
+
+
+def our_extensions(
+    theirs: ReinforcementHyperparameters | SupervisedHyperparameters,
+    openai_names: Mapping[str, str],
+    *,
+    param: str,
+) -> dict[str, Any]:
+    """rft's own hyperparameters given by name beside OpenAI's (temperature,
+    max_completion_length, ...: what OpenAI has no name for); 400 for a name that is neither
+    OpenAI's nor ours, or one that OpenAI's name for the same setting also sets."""
+    given = dict(theirs.model_extra or {})
+    for name in given:
+        if name not in Hyperparameters.model_fields:
+            raise InvalidJobRequest(
+                f"{param}.{name} is not a hyperparameter: give OpenAI's ("
+                f"{', '.join(type(theirs).model_fields)}) or rft's (docs/hyperparameters.md)",
+                param=param,
+            )
+        openai_name = openai_names.get(name)
+        if openai_name is not None and getattr(theirs, openai_name) not in (None, "auto"):
+            raise InvalidJobRequest(
+                f"{param}: {openai_name} (OpenAI's) and {name} (rft's) set the same thing: "
+                "give one",
+                param=param,
+            )
+    return given
 
 
 def our_hyperparameters(
     theirs: ReinforcementHyperparameters, *, model: str, seed: int | None, rows: int
 ) -> Hyperparameters:
     """OpenAI's reinforcement hyperparameters as ours; "auto" (or absent) keeps our value."""
+    param = "method.reinforcement.hyperparameters"
     preset = preset_for(model)
     base = Hyperparameters.model_validate({"preset": preset} if preset else {})
     values: dict[str, Any] = {"preset": preset} if preset else {}
+    values.update(our_extensions(theirs, REINFORCEMENT_NAMES, param=param))
     if isinstance(theirs.batch_size, int):
         values["prompts_per_step"] = theirs.batch_size
     prompts_per_step = values.get("prompts_per_step", base.prompts_per_step)
@@ -126,7 +174,7 @@ def our_hyperparameters(
         values["eval_samples"] = theirs.eval_samples
     if seed is not None:
         values["seed"] = seed
-    return validated_hyperparameters(values, param="method.reinforcement.hyperparameters")
+    return validated_hyperparameters(values, param=param)
 
 
 def steps_for_epochs(n_epochs: object, rows: int, rows_per_step: object) -> int | None:
@@ -148,6 +196,8 @@ def validated_hyperparameters(values: dict[str, Any], *, param: str) -> Hyperpar
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
+        if not field:  # a rule across fields: the message names them
+            raise InvalidJobRequest(f"hyperparameters: {first['msg']}", param=param) from None
         raise InvalidJobRequest(
             f"hyperparameters give {field} = {first.get('input')!r}: {first['msg']}",
             param=param,
@@ -173,6 +223,45 @@ def their_hyperparameters(job: Job, rows: int) -> ReinforcementHyperparameters:
 
 
 # --- jobs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartingModel:
+    """What OpenAI's ``model`` asks a job to train: a base model, from fresh LoRA weights or
+    (OpenAI's "fine-tune a fine-tuned model") from one of the tenant's jobs: our init_from."""
+
+    base_model: str
+    init_from: str | None = None
+
+
+def starting_model(session: Session, tenant_id: str, model: str) -> StartingModel:
+    """``ft:<base>:<job id>`` (a job's final adapter) or ``...:ckpt-step-N`` (a checkpoint) as
+    that job's base model and init_from; any other name as a base model. 400 for a malformed
+    name or the wrong base model, 404 for a job that is not the tenant's."""
+    if not is_fine_tuned_name(model):
+        return StartingModel(model)
+    try:
+        parts = parse_fine_tuned_name(model)
+    except UnknownModel as exc:
+        raise InvalidJobRequest(exc.detail, param="model") from None
+    try:
+        parent = jobs.get_job(session, tenant_id, parts.job_id)
+    except NotFound:
+        raise NotFound(f"No such model: {model} (no fine-tuning job {parts.job_id})") from None
+    if parent.base_model != parts.base_model:
+        raise InvalidJobRequest(
+            f"model {model!r}: job {parent.id} trains {parent.base_model!r}, not "
+            f"{parts.base_model!r}",
+            param="model",
+        )
+    return StartingModel(parent.base_model, str(InitFrom(parent.id, parts.step)))
+
+
+def started_from_name(job: Job) -> str:
+    """A job's ``model`` as OpenAI shows it: the fine-tuned model it continued, if any."""
+    if job.parent_job_id is None:
+        return job.base_model
+    return fine_tuned_model_name(job.base_model, job.parent_job_id, job.parent_checkpoint_step)
 
 
 def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -> FineTuningJob:
@@ -208,9 +297,10 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
     settings = get_settings()
     endpoint_hosts = check_grader(grader, settings, secrets)
     training = training_files(session, tenant_id, request)
+    start = starting_model(session, tenant_id, request.model)
     theirs = method.reinforcement.hyperparameters or ReinforcementHyperparameters()
     hyperparameters = our_hyperparameters(
-        theirs, model=request.model, seed=request.seed, rows=training.row_count
+        theirs, model=start.base_model, seed=request.seed, rows=training.row_count
     )
     if report_to:
         hyperparameters = hyperparameters.model_copy(update={"report_to": report_to})
@@ -219,7 +309,8 @@ def create_job(session: Session, tenant_id: str, request: FineTuningJobCreate) -
     judged = uses_judge(grader)
     payload = JobCreate(
         dataset_id=training.id,
-        base_model=request.model,
+        base_model=start.base_model,
+        init_from=start.init_from,
         hyperparameters=hyperparameters,
         name=request.suffix,
         reward_functions=reward_functions(grader),
@@ -266,9 +357,15 @@ def our_supervised_hyperparameters(
     theirs: SupervisedHyperparameters, *, model: str, seed: int | None, rows: int
 ) -> Hyperparameters:
     """OpenAI's supervised hyperparameters as ours; "auto" (or absent) keeps our value."""
+    param = "method.supervised.hyperparameters"
     preset = preset_for(model)
     base = sft_base(preset)
-    values: dict[str, Any] = Hyperparameters.sft_request({"preset": preset} if preset else {})
+    values: dict[str, Any] = Hyperparameters.sft_request(
+        {
+            **({"preset": preset} if preset else {}),
+            **our_extensions(theirs, SUPERVISED_NAMES, param=param),
+        }
+    )
     if isinstance(theirs.batch_size, int):
         values["batch_size"] = theirs.batch_size
     batch_size = values.get("batch_size", base.batch_size)
@@ -278,7 +375,7 @@ def our_supervised_hyperparameters(
         values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
     if seed is not None:
         values["seed"] = seed
-    return validated_hyperparameters(values, param="method.supervised.hyperparameters")
+    return validated_hyperparameters(values, param=param)
 
 
 def their_supervised_hyperparameters(job: Job, rows: int) -> SupervisedHyperparameters:
@@ -314,9 +411,10 @@ def create_supervised_job(
                 f"hyperparameters: {exc.errors()[0]['msg']}", param="hyperparameters"
             ) from None
     training = training_files(session, tenant_id, request)
+    start = starting_model(session, tenant_id, request.model)
     hyperparameters = our_supervised_hyperparameters(
         given or SupervisedHyperparameters(),
-        model=request.model,
+        model=start.base_model,
         seed=request.seed,
         rows=training.row_count,
     )
@@ -326,7 +424,8 @@ def create_supervised_job(
     payload = JobCreate(
         method="sft",
         dataset_id=training.id,
-        base_model=request.model,
+        base_model=start.base_model,
+        init_from=start.init_from,
         hyperparameters=hyperparameters,
         name=request.suffix,
         secrets=secrets,
@@ -428,7 +527,7 @@ def fine_tuning_job(session: Session, job: Job, rows: int | None = None) -> Fine
             learning_rate_multiplier=hyperparameters.learning_rate_multiplier,
             n_epochs=hyperparameters.n_epochs,
         ),
-        model=job.base_model,
+        model=started_from_name(job),
         organization_id=job.tenant_id,
         seed=int(job.hyperparameters.get("seed", 0)),
         status=openai_status(status),
