@@ -24,7 +24,13 @@ from service.base_models.built_in.tiny_tool_model import tiny_tool_model_dir
 from service.stack import LocalStack
 from tests.fake_hub import FakeHub, writable_fake_hub
 from tests.layers import MISSING_LAYER, skip_missing_layer
-from tests.public_network import PublicHost, public_host, unavailable_reason
+from tests.public_network import (
+    HTTP_PORT,
+    PublicHost,
+    public_addresses,
+    public_host,
+    unavailable_reason,
+)
 from workers.compiled_caches import keyed_cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,13 +108,18 @@ def session_hub() -> Iterator[FakeHub]:
 @pytest.fixture(scope="session")
 def stack(session_hub: FakeHub) -> Iterator[LocalStack]:
     """The session's stack: one worker, and the settings the integration tests need, so that
-    they share it rather than each starting a stack of its own: the fake hub, and the model
+    they share it rather than each starting a stack of its own: the fake hub, the model
     cache as a model root (a built-in model's folder, e.g. the tiny reward model's, can be
-    named as a path)."""
+    named as a path), and the public side's plain-http port allowed as a deployment allows an
+    internal tool service (HTTP tools at http:// URLs there: tests/public_network.py)."""
     # Not under pytest's tmp dir: that is mode 700, and embedded Postgres runs as its own user.
     state_dir = Path(os.environ.get("RFT_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="rft-test-"))
     models = built_in_models_reused(state_dir / "models")  # the stack's default model cache
-    env = {"RFT_HUB_ENDPOINT": session_hub.endpoint, "RFT_MODEL_ROOTS": str(state_dir / "models")}
+    env = {
+        "RFT_HUB_ENDPOINT": session_hub.endpoint,
+        "RFT_MODEL_ROOTS": str(state_dir / "models"),
+        "RFT_SANDBOX_EGRESS_ALLOW": f"{public_addresses().address}:{HTTP_PORT}",
+    }
     # Servers given by the environment are used as they are; otherwise embedded ones start.
     with (
         models,

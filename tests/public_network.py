@@ -41,7 +41,7 @@ REGISTER_WORDS = {
 }
 
 SERVER = r"""
-import collections, http.server, json, socket, socketserver, ssl, sys, threading, time
+import collections, http.server, json, re, socket, socketserver, ssl, sys, threading, time
 
 address, cert, key, greeting = sys.argv[1:5]
 http_port, https_port, echo_port = map(int, sys.argv[5:8])
@@ -59,7 +59,9 @@ class Greeter(http.server.BaseHTTPRequestHandler):
         # The endpoints of HTTP tools and graders (POST /endpoint/<behaviour>/<key>): echo,
         # flaky (5xx until a key's third try), slow, malformed (not JSON), status/<code>,
         # score (a grader: {"score": ...} from the body's "score" field of the reference),
-        # counts (how often each key was tried), word (a tool: the word of the body's "name").
+        # counts (how often each key was tried), word (a tool: the word of the body's "name";
+        # 401 unless the Authorization header is "Bearer <key>"),
+        # answer (a grader: 1.0 when the sample's text has the reference's "answer" as a word).
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         parts = self.path.strip("/").split("/")
         behaviour, key = parts[1], "/".join(parts[1:])
@@ -83,9 +85,17 @@ class Greeter(http.server.BaseHTTPRequestHandler):
             answer = {"score": json.loads(body)["item"]["score"]}
         elif behaviour == "counts":
             answer = dict(tries)
+        elif behaviour == "answer":
+            graded = json.loads(body)
+            said = re.search(rf"\b{re.escape(graded['item']['answer'])}\b",
+                             graded["sample"]["output_text"])
+            answer = {"score": 1.0 if said else 0.0}
         elif behaviour == "word":
             name = (json.loads(body or b"null") or {}).get("name")
-            answer = words.get(name, f"no register called {name!r}")
+            if self.headers.get("Authorization") != f"Bearer {parts[2]}":
+                status, answer = 401, {"error": "wrong or missing token"}
+            else:
+                answer = words.get(name, f"no register called {name!r}")
         data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))

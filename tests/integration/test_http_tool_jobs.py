@@ -1,17 +1,15 @@
-"""An agent job whose tool is an HTTP endpoint, trained on a real worker: the tiny tool-calling
-model calls ``lookup``, which the job's sandbox POSTs to an endpoint on the tests' public side
-(tests/public_network.py) through an egress proxy narrowed to that host, and every call is in
-the rollout's stored trajectory with the endpoint's answer.
+"""A user's own tool at an HTTP endpoint, taught and trained with the unmodified openai client,
+as OpenAI's agent RFT users would: a supervised job on transcripts of the tool (OpenAI's chat
+format with tool calls), then a reinforcement job whose ``model`` is that job's
+``fine_tuned_model``, with the tool (its token in the headers) and an endpoint grader, both on
+the tests' public side (tests/public_network.py). The job's sandbox POSTs each call through an
+egress proxy narrowed to that host, every call is in its rollout's stored trajectory with the
+endpoint's answer, and by the end most answers are the tool's results. (The same path through
+the SDK, with a Python tool in the sandbox: tests/sdk/test_agent_example.py.)
 
-And a user's own HTTP tool taught and trained with the unmodified openai client, as OpenAI's
-agent RFT users would: a supervised job on transcripts of the tool (OpenAI's chat format with
-tool calls), then a reinforcement job whose ``model`` is that job's ``fine_tuned_model``, with
-the tool and a string_check grader; by the end most answers are the tool's results. (The same
-path through the SDK, with a Python tool in the sandbox: tests/sdk/test_agent_example.py.)
-
-The stack is this module's own: its operator allows the public side's plain-http port
-(RFT_SANDBOX_EGRESS_ALLOW), as a deployment would for an internal tool service. The faults
-(timeouts, retries, answers that are not JSON) are covered without training, in
+It runs on the session's stack, whose operator allows the public side's plain-http port
+(RFT_SANDBOX_EGRESS_ALLOW, tests/conftest.py). The faults (timeouts, retries, answers that are
+not JSON) are covered without training, in
 tests/sandbox/test_http_tools.py."""
 
 from __future__ import annotations
@@ -21,77 +19,19 @@ import random
 import re
 import statistics
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from transformers.utils import get_json_schema
 
 from sandbox.http_tools import HttpTool, http_tool_source
 from service.stack import LocalStack
-from tests.conftest import stack_of_its_own, tenant_client
-from tests.integration.helpers import all_pages, create_job, lookup_job, wait_for
+from tests.conftest import tenant_client
+from tests.integration.helpers import all_pages, wait_for
 from tests.public_network import HTTP_PORT, REGISTER_WORDS, PublicHost
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def endpoint_stack(public_side: PublicHost, shared_model_cache: Path) -> Iterator[LocalStack]:
-    env = {"RFT_SANDBOX_EGRESS_ALLOW": f"{public_side.address}:{HTTP_PORT}"}
-    with stack_of_its_own("rft-http-tool-jobs-", env=env, model_cache=shared_model_cache) as stack:
-        yield stack
-
-
-def test_an_agent_job_calls_its_http_tool_and_records_each_call(
-    endpoint_stack: LocalStack, public_side: PublicHost
-) -> None:
-    lookup = {
-        "type": "http",
-        "name": "lookup",
-        # What the tiny model was warmed up on (service.base_models.built_in.tiny_tool_model).
-        "description": "Look up the value stored under a key.",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string", "description": "The key to look up."}},
-            "required": ["key"],
-        },
-        "url": f"{public_side.http_url}/endpoint/echo/{uuid.uuid4().hex[:8]}",
-        "headers": {"Authorization": "Bearer {{secrets.TOOL_KEY}}"},
-    }
-    with tenant_client(endpoint_stack) as tenant:
-        tenant.timeout = httpx.Timeout(120)
-        body = lookup_job(
-            tenant,
-            rows=16,
-            tools=[lookup],
-            secrets={"TOOL_KEY": "k-123"},
-            hyperparameters={"train_steps": 2, "prompts_per_step": 2},
-        )
-        job = create_job(tenant, body)
-        assert job["egress_hosts"] == [f"{public_side.address}:{HTTP_PORT}"]
-        finished = wait_for(tenant, job["id"], timeout_s=900)
-        assert finished["status"] == "succeeded", finished.get("failure_reason")
-        completions = all_pages(tenant, f"/v1/jobs/{job['id']}/completions")
-
-    results: list[dict[str, Any]] = [
-        message
-        for completion in completions
-        for message in completion["trajectory"] or []
-        if message["role"] == "tool"
-    ]
-    assert results, "the model called no tool in two steps"
-    answered = [m for m in results if m.get("error") is None]
-    assert answered, [m.get("error") for m in results]
-    # The endpoint's answer is what the model was shown: the arguments it sent, and the
-    # job's secret in the header.
-    for message in answered:
-        shown = json.loads(message["content"])
-        assert set(shown["arguments"]) <= {"key"}
-        assert shown["authorization"] == "Bearer k-123"
 
 
 GET_WORD = {  # OpenAI's function-tool form
@@ -145,9 +85,12 @@ def answered_from_the_tool(trajectory: list[dict[str, Any]]) -> bool:
 
 
 def test_an_own_http_tool_taught_and_trained_through_the_openai_client(
-    endpoint_stack: LocalStack, public_side: PublicHost
+    stack: LocalStack, public_side: PublicHost
 ) -> None:
-    url = f"{public_side.http_url}/endpoint/word/{uuid.uuid4().hex[:8]}"
+    # The endpoint answers only with its token in the header: OpenAI's form writes the token
+    # into the tool's headers, the job keeps it as a sealed secret, and the sandbox sends it.
+    token = uuid.uuid4().hex[:12]
+    url = f"{public_side.http_url}/endpoint/word/{token}"
     # The transcripts show the tool as the agent job's chat template will: the schema of the
     # Python function the HTTP tool becomes in the sandbox.
     declared = HttpTool(**GET_WORD["function"], url=url)
@@ -164,10 +107,10 @@ def test_an_own_http_tool_taught_and_trained_through_the_openai_client(
         questions.append(
             {"messages": [{"role": "user", "content": content}], "answer": REGISTER_WORDS[name]}
         )
-    with tenant_client(endpoint_stack) as tenant:
+    with tenant_client(stack) as tenant:
         key = tenant.headers["Authorization"].removeprefix("Bearer ")
         client = openai.OpenAI(
-            base_url=f"{endpoint_stack.base_url}/v1", api_key=key, max_retries=0, timeout=120
+            base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0, timeout=120
         )
         # 1. The warm-up: 64 transcripts, 8 a step, 4 epochs (32 steps); rft's own
         # learning_rate beside OpenAI's names (docs/openai-compat.md).
@@ -193,14 +136,14 @@ def test_an_own_http_tool_taught_and_trained_through_the_openai_client(
             method={
                 "type": "reinforcement",
                 "reinforcement": {  # type: ignore[typeddict-item]
-                    "grader": {
-                        "type": "string_check",
+                    "grader": {  # the user's own endpoint grades each rollout
+                        "type": "endpoint",
                         "name": "correct_word",
-                        "input": "{{sample.output_text}}",
-                        "reference": "{{item.answer}}",
-                        "operation": "ilike",
+                        "url": f"{public_side.http_url}/endpoint/answer/{uuid.uuid4().hex[:8]}",
                     },
-                    "tools": [{**GET_WORD, "url": url}],
+                    "tools": [
+                        {**GET_WORD, "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+                    ],
                     "hyperparameters": {
                         "n_epochs": 1,
                         "batch_size": 4,
@@ -222,15 +165,27 @@ def test_an_own_http_tool_taught_and_trained_through_the_openai_client(
         assert job.model == sft.fine_tuned_model
         ours = tenant.get(f"/v1/jobs/{job.id}").json()
         assert (ours["base_model"], ours["init_from"]) == ("rft-tiny-tools", sft.id)
+        # Its sandboxes may reach the tool's and the grader's host, nothing else.
+        assert ours["egress_hosts"] == [f"{public_side.address}:{HTTP_PORT}"]
         finished = wait_for(tenant, job.id, timeout_s=900)
         assert finished["status"] == "succeeded", finished.get("failure_reason")
         steps = all_pages(tenant, f"/v1/jobs/{job.id}/steps")
-        from_tool = []
+        from_tool: list[float] = []
+        calls: list[dict[str, Any]] = []
         for step in steps:
             completions = all_pages(tenant, f"/v1/jobs/{job.id}/completions", step=step["step"])
             shares = [answered_from_the_tool(c["trajectory"] or []) for c in completions]
             from_tool.append(statistics.mean(shares))
+            calls.extend(
+                message
+                for completion in completions
+                for message in completion["trajectory"] or []
+                if message["role"] == "tool"
+            )
     assert len(steps) == 8
+    # Every call is in its rollout's trajectory; those the endpoint answered show its word.
+    answered = [call for call in calls if call.get("error") is None]
+    assert answered and {call["content"] for call in answered} <= set(REGISTER_WORDS.values())
     rewards = [step["reward_mean"] or 0.0 for step in steps]
     print("answers from the tool by step:", [round(share, 2) for share in from_tool])
     print("reward by step:", [round(reward, 2) for reward in rewards])
