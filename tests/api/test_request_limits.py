@@ -104,58 +104,6 @@ def test_short_inputs_are_still_echoed(client: httpx.Client) -> None:
     assert response.json()["detail"][0]["input"] == "many"
 
 
-def test_reward_code_whose_import_never_ends_is_refused_at_the_load_limit(
-    client: httpx.Client,
-) -> None:
-    """Module-level code that never finishes is stopped at RFT_REWARD_LOAD_TIMEOUT_S, not at
-    the 30 s call limit; the request runs off the event loop, so the API answers others
-    meanwhile."""
-    load_limit = get_settings().reward_load_timeout_s
-    assert load_limit < get_settings().reward_call_timeout_s
-    outcome: dict[str, httpx.Response] = {}
-
-    def try_endless_import() -> None:
-        outcome["response"] = client.post(
-            "/v1/reward-functions/test",
-            json={
-                "reward_functions": {"f": {"source": "while True:\n    pass\n" + SOURCE}},
-                "samples": [{"prompt": "p", "completion": "c"}],
-            },
-        )
-
-    attempt = threading.Thread(target=try_endless_import)
-    attempt.start()
-    answered_meanwhile = 0
-    with httpx.Client(base_url=str(client.base_url), headers=client.headers) as other:
-        while attempt.is_alive():
-            if other.get("/v1/jobs").status_code == 200 and attempt.is_alive():
-                answered_meanwhile += 1
-            attempt.join(timeout=0.5)
-    attempt.join()
-    response = outcome["response"]
-    assert response.status_code == 400, response.text
-    assert f"loading took longer than {load_limit:g} s" in response.json()["detail"]
-    assert answered_meanwhile > 0
-
-
-def test_a_job_whose_reward_import_sleeps_forever_is_refused(client: httpx.Client) -> None:
-    rows = b'{"prompt": "p"}\n'
-    dataset = client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()
-    source = "import time\ntime.sleep(10**6)\n" + SOURCE
-    response = client.post(
-        "/v1/jobs",
-        json={
-            "dataset_id": dataset["id"],
-            "reward_functions": {"f": {"source": source}},
-            "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
-        },
-    )
-    assert response.status_code == 400, response.text
-    limit = get_settings().reward_load_timeout_s
-    assert f"loading took longer than {limit:g} s" in response.json()["detail"]
-    assert client.get("/v1/jobs").json()["data"] == []
-
-
 def test_the_dataset_preview_is_bounded(client: httpx.Client) -> None:
     """A row holding megabytes comes back as a glance, with markers saying what was cut."""
     huge = {
@@ -177,28 +125,71 @@ def test_the_dataset_preview_is_bounded(client: httpx.Client) -> None:
     assert second == {"prompt": "small"}
 
 
-def test_a_function_that_never_returns_is_refused_at_the_preflight_limit(
+def test_reward_code_that_never_finishes_is_stopped_at_its_limits_while_the_api_answers(
     client: httpx.Client,
 ) -> None:
-    """Pre-flight runs inside the create request: a function that scores no sample is
-    judged at RFT_REWARD_PREFLIGHT_TIMEOUT_S, not at the 30 s call limit."""
+    """Reward code that never finishes is stopped at its own limit, not at the 30 s call
+    limit: module-level code that loops (the reward test endpoint) or sleeps (a job's creation)
+    at RFT_REWARD_LOAD_TIMEOUT_S, a function that never returns at
+    RFT_REWARD_PREFLIGHT_TIMEOUT_S (pre-flight runs inside the create request). The three
+    requests run at once, off the event loop: the API answers others meanwhile, and no job is
+    stored."""
+    settings = get_settings()
+    load_limit, preflight_limit = (
+        settings.reward_load_timeout_s,
+        settings.reward_preflight_timeout_s,
+    )
+    assert max(load_limit, preflight_limit) < settings.reward_call_timeout_s
     rows = b'{"prompt": "p"}\n'
     dataset = client.post("/v1/datasets", files={"file": ("d.jsonl", rows)}).json()
-    response = client.post(
-        "/v1/jobs",
-        json={
+
+    def job_with(source: str) -> dict[str, object]:
+        return {
             "dataset_id": dataset["id"],
-            "reward_functions": {
-                "f": {
-                    "source": "def f(prompt, completion, example):\n    while True:\n        pass\n"
-                }
-            },
+            "reward_functions": {"f": {"source": source}},
             "hyperparameters": {**TINY_HYPERPARAMETERS, "train_steps": 1},
-        },
-    )
-    assert response.status_code == 400, response.text
-    detail = response.json()["detail"]
+        }
+
+    attempts = {
+        "endless import": (
+            "/v1/reward-functions/test",
+            {
+                "reward_functions": {"f": {"source": "while True:\n    pass\n" + SOURCE}},
+                "samples": [{"prompt": "p", "completion": "c"}],
+            },
+        ),
+        "sleeping import": ("/v1/jobs", job_with("import time\ntime.sleep(10**6)\n" + SOURCE)),
+        "endless function": (
+            "/v1/jobs",
+            job_with("def f(prompt, completion, example):\n    while True:\n        pass\n"),
+        ),
+    }
+    outcome: dict[str, httpx.Response] = {}
+
+    def attempt(name: str) -> None:
+        path, body = attempts[name]
+        with httpx.Client(
+            base_url=str(client.base_url), headers=client.headers, timeout=120
+        ) as http:
+            outcome[name] = http.post(path, json=body)
+
+    threads = [threading.Thread(target=attempt, args=(name,)) for name in attempts]
+    for thread in threads:
+        thread.start()
+    answered_meanwhile = 0
+    while any(thread.is_alive() for thread in threads):
+        if client.get("/v1/jobs").status_code == 200 and any(t.is_alive() for t in threads):
+            answered_meanwhile += 1
+        threads[0].join(timeout=0.5)
+    for thread in threads:
+        thread.join()
+    assert answered_meanwhile > 0
+    for name in ("endless import", "sleeping import"):
+        response = outcome[name]
+        assert response.status_code == 400, (name, response.text)
+        assert f"loading took longer than {load_limit:g} s" in response.json()["detail"], name
+    detail = outcome["endless function"].json()["detail"]
+    assert outcome["endless function"].status_code == 400, detail
     assert "failed on every pre-flight sample" in detail and "timeout" in detail
-    limit = get_settings().reward_preflight_timeout_s
-    assert limit < get_settings().reward_call_timeout_s
-    assert f"{limit:g} s" in detail
+    assert f"{preflight_limit:g} s" in detail
+    assert client.get("/v1/jobs").json()["data"] == []
