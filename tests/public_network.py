@@ -150,6 +150,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
+# A public address no test process's /30 holds (those are 198.51.100.0-251): a host no
+# job was created with, that is never this machine's either.
+UNUSED_PUBLIC_ADDRESS = "198.51.100.253"
+
+
 def public_addresses() -> PublicHost:
     """This test process's public side: one /30 per test process, so two sessions on one
     machine do not share addresses. Known before the host is made (a stack's settings can

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from service.secrets import unseal
 from service.settings import Settings
 from service.stack import LocalStack
-from tests.public_network import HTTP_PORT, PublicHost
+from tests.public_network import HTTP_PORT, UNUSED_PUBLIC_ADDRESS, PublicHost
 from tests.tiny import TINY_HYPERPARAMETERS
 
 REWARD = "def score(prompt, completion, example):\n    return 1.0\n"
@@ -106,12 +106,15 @@ def test_a_job_with_an_http_tool_shows_it_and_may_reach_its_host_alone(
     # The config read back and sent as it is changes nothing.
     again = client.put(path, json=updated.json()["config"], headers={"If-Match": "*"})
     assert again.status_code == 200 and again.json()["changed_tools"] == []
-    elsewhere = {"http": {**tool, "url": "https://198.51.100.77/lookup"}}
+    # (Not any address of the public sides' range: one of those may be this machine's end of
+    # a test process's veth, refused for that reason instead.)
+    elsewhere = {"http": {**tool, "url": f"https://{UNUSED_PUBLIC_ADDRESS}/lookup"}}
     refused = client.put(
         path, json={**config, "tools": {"lookup": elsewhere}}, headers={"If-Match": "*"}
     )
     assert refused.status_code == 400
-    assert "198.51.100.77:443 is not one this job was created with" in refused.json()["detail"]
+    detail = refused.json()["detail"]
+    assert f"{UNUSED_PUBLIC_ADDRESS}:443 is not one this job was created with" in detail
 
 
 @pytest.mark.parametrize(
