@@ -163,29 +163,45 @@ def public_addresses() -> PublicHost:
     return PublicHost(address=f"198.51.100.{base + 2}", host_address=f"198.51.100.{base + 1}")
 
 
+NAMESPACE_PREFIX = "rft-public-"
+
+
+def namespace_of(pid: int) -> str:
+    return f"{NAMESPACE_PREFIX}{pid}"
+
+
+def veth_ends_of(pid: int) -> tuple[str, str]:
+    """The host's end and the namespace's end of a test process's veth pair."""
+    return f"rfp{pid % 100000}h", f"rfp{pid % 100000}n"
+
+
+def delete_public_host(pid: int) -> None:
+    """The namespace and the host's end of the veth (deleting either end removes both)."""
+    for command in (
+        ("netns", "delete", namespace_of(pid)),
+        ("link", "delete", veth_ends_of(pid)[0]),
+    ):
+        subprocess.run(["ip", *command], capture_output=True, timeout=30, check=False)
+
+
 def remove_stale_public_hosts() -> None:
-    """Delete the namespaces (and host ends) of test processes that are gone: a run killed
-    before its teardown leaves them, and a later process whose pid lands on the same /30
-    would find its address already routed to the dead one's veth."""
+    """Delete the public hosts of test processes that are gone: a run killed before its
+    teardown leaves them, and a later process whose pid lands on the same /30 would find its
+    address already routed to the dead one's veth."""
     listed = subprocess.run(
         ["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=False
     ).stdout
     for line in listed.splitlines():
-        name = line.split()[0] if line.split() else ""
-        owner = name.removeprefix("rft-public-")
-        if name == owner or not owner.isdigit() or Path(f"/proc/{owner}").exists():
-            continue
-        for command in (
-            ("netns", "delete", name),
-            ("link", "delete", f"rfp{int(owner) % 100000}h"),
-        ):
-            subprocess.run(["ip", *command], capture_output=True, timeout=30, check=False)
+        owner = line.split()[0].removeprefix(NAMESPACE_PREFIX) if line.split() else ""
+        gone = owner.isdigit() and not Path(f"/proc/{owner}").exists()
+        if line.startswith(NAMESPACE_PREFIX) and gone:
+            delete_public_host(int(owner))
 
 
 @contextlib.contextmanager
 def public_host() -> Iterator[PublicHost]:
-    namespace = f"rft-public-{os.getpid()}"
-    outside, inside = f"rfp{os.getpid() % 100000}h", f"rfp{os.getpid() % 100000}n"
+    namespace = namespace_of(os.getpid())
+    outside, inside = veth_ends_of(os.getpid())
     host = public_addresses()
     folder = Path(tempfile.mkdtemp(prefix="rft-public-"))
     server: subprocess.Popen[str] | None = None
@@ -225,10 +241,8 @@ def public_host() -> Iterator[PublicHost]:
         yield host
     finally:
         if server is not None:
-            # The server holds the namespace open: it goes first, then the namespace and the
-            # host's end of the veth (deleting either end removes both).
+            # The server holds the namespace open: it goes first.
             server.kill()
             server.wait()
-        for command in (("netns", "delete", namespace), ("link", "delete", outside)):
-            subprocess.run(["ip", *command], capture_output=True, timeout=30)
+        delete_public_host(os.getpid())
         shutil.rmtree(folder, ignore_errors=True)
