@@ -10,7 +10,6 @@ a notification lost with a dropped connection delays a change by that much at mo
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 
 import psycopg
@@ -18,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import session_scope, to_libpq_url
 from service.jobs.repository import JOB_CHANNEL, JobRepository
+from workers.periodic import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -29,27 +29,18 @@ class JobState:
     config_version: int
 
 
-class JobWatcher:
+class JobWatcher(BackgroundThread):
     def __init__(self, job_id: str, database_url: str, *, fallback_poll_s: float = 1.0) -> None:
+        super().__init__(f"watch-{job_id}", self._run)
         self.job_id = job_id
         self.conninfo = to_libpq_url(database_url)
         self.fallback_poll_s = fallback_poll_s
         self._state: JobState | None = None
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watch-{job_id}", daemon=True)
 
     @property
     def state(self) -> JobState | None:
         """The last state read; None only if the row was never readable (or is gone)."""
         return self._state
-
-    def __enter__(self) -> JobWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=5)
 
     def refresh(self) -> None:
         with session_scope() as session:
@@ -58,7 +49,7 @@ class JobWatcher:
 
     def _run(self) -> None:
         backoff = 0.2
-        while not self._stopped.is_set():
+        while not self.stopped.is_set():
             try:
                 with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {JOB_CHANNEL}")
@@ -66,7 +57,7 @@ class JobWatcher:
                     # by a notification.
                     self.refresh()
                     backoff = 0.2
-                    while not self._stopped.is_set():
+                    while not self.stopped.is_set():
                         # Wake on the first notice (any job's: a one-row read costs less than
                         # telling them apart) or on the fallback period, then re-read.
                         for _ in conn.notifies(timeout=self.fallback_poll_s, stop_after=1):
@@ -74,5 +65,5 @@ class JobWatcher:
                         self.refresh()
             except (psycopg.Error, SQLAlchemyError) as exc:
                 logger.warning("watching job %s: %s; reconnecting", self.job_id, exc)
-                self._stopped.wait(backoff)
+                self.stopped.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -13,7 +13,6 @@ times at most (service.exports.ownership.requeue). Each kind the reaper watches 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,39 +31,28 @@ from service.jobs.heartbeats import HeartbeatSilence
 from service.jobs.repository import JobRepository
 from service.leases import ExpiredLease
 from service.work_queue.queue import enqueue_export, enqueue_training
+from workers.periodic import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
 
-class Heartbeat:
+class Heartbeat(PeriodicThread):
     """Keeps a lease alive from a background thread while its worker works on what it holds."""
 
     def __init__(self, name: str, beat: Callable[[Session], None], interval_s: float) -> None:
+        super().__init__(
+            f"heartbeat-{name}", interval_s, self.beat, self._beat_failed, retried=SQLAlchemyError
+        )
         self.name = name
         self._beat = beat
-        self.interval_s = interval_s
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{name}", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=5)
 
     def beat(self) -> None:
         with session_scope() as session:
             self._beat(session)
 
-    def _run(self) -> None:
-        while not self._stopped.wait(self.interval_s):
-            try:
-                self.beat()
-            except SQLAlchemyError as exc:
-                # The database is away; the reaper cannot act meanwhile either. Try again.
-                logger.warning("heartbeat of %s failed: %s", self.name, exc)
+    def _beat_failed(self, exc: Exception) -> None:
+        # The database is away; the reaper cannot act meanwhile either. Try again.
+        logger.warning("heartbeat of %s failed: %s", self.name, exc)
 
 
 class JobHeartbeat(Heartbeat):
@@ -183,16 +171,12 @@ class LostWorkerReaper:
                 after_commit(session, kind.send_again(row))
 
 
-class ReaperThread(threading.Thread):
+class ReaperThread(PeriodicThread):
     def __init__(self, reaper: LostWorkerReaper, interval_s: float) -> None:
-        super().__init__(name="lost-worker-reaper", daemon=True)
+        super().__init__(
+            "lost-worker-reaper",
+            interval_s,
+            reaper.sweep,
+            lambda _: logger.exception("reaper sweep failed; retrying"),
+        )
         self.reaper = reaper
-        self.interval_s = interval_s
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            try:
-                self.reaper.sweep()
-            except Exception:
-                logger.exception("reaper sweep failed; retrying")

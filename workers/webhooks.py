@@ -12,26 +12,22 @@ A deployment whose workers are all stopped sends webhooks again once one starts.
 from __future__ import annotations
 
 import logging
-import threading
 
 from service.db import get_sessionmaker
 from service.settings import Settings
 from service.webhooks.delivery import egress_policy
 from service.webhooks.dispatcher import Dispatcher
+from workers.periodic import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
 
-class WebhookDispatcherThread(threading.Thread):
+class WebhookDispatcherThread(PeriodicThread):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(name="webhook-dispatcher", daemon=True)
         self.dispatcher = Dispatcher(get_sessionmaker(), settings, egress_policy(settings))
-        self.interval_s = settings.webhook_dispatch_interval_s
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            try:
-                self.dispatcher.run_once()
-            except Exception:
-                logger.exception("webhook dispatch failed; retrying")
+        super().__init__(
+            "webhook-dispatcher",
+            settings.webhook_dispatch_interval_s,
+            self.dispatcher.run_once,
+            lambda _: logger.exception("webhook dispatch failed; retrying"),
+        )

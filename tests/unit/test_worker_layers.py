@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "workers.database",
             "workers.advertised_devices",
             "workers.compiled_caches",
+            "workers.periodic",
             "workers.training.step_records",
             "workers.training.observer",
         },
