@@ -45,6 +45,7 @@ from workers.training.trainer_common import (
     evaluation_due,
     float_or_none,
     load_tokenizer,
+    logged_metrics,
     shared_training_arguments,
     train_and_save,
 )
@@ -213,12 +214,9 @@ class SupervisedStepReporter(RunControl):
     ) -> None:
         duration = time.perf_counter() - self._step_started
         metrics = {
-            key: float(value)
-            for key, value in logs.items()
-            if key not in _OWN_FIELDS
-            and isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)  # jsonb holds no NaN
+            key: value
+            for key, value in logged_metrics(logs, _OWN_FIELDS).items()
+            if math.isfinite(value)  # jsonb holds no NaN
         }
         if self._evaluation_due(state.global_step, args.max_steps):
             # On every rank: each evaluates its share of the validation examples.

@@ -17,7 +17,7 @@ from workers.training.ranks import merge_generations
 from workers.training.reward_dispatch import RewardDispatcher, ScoredGeneration, function_score
 from workers.training.reward_stats import function_metrics, mean_and_std
 from workers.training.step_records import CompletionRecord, StepRecord
-from workers.training.trainer_common import RunControl, StepLog, float_or_none
+from workers.training.trainer_common import RunControl, StepLog, float_or_none, logged_metrics
 
 if TYPE_CHECKING:
     from workers.training.evaluation import Evaluator
@@ -161,13 +161,10 @@ class StepReporter(RunControl):
             )
         reward_mean, reward_std = mean_and_std(generation.totals)
         extra = {
-            key: float(value)
-            for key, value in logs.items()
-            if key not in _OWN_FIELDS
-            and isinstance(value, int | float)
-            and not isinstance(value, bool)
+            key: value
+            for key, value in logged_metrics(logs, _OWN_FIELDS).items()
             # TRL's per-function keys would name our single dispatcher, not the user's functions.
-            and not key.startswith("rewards/")
+            if not key.startswith("rewards/")
         }
         return StepRecord(
             step=step,

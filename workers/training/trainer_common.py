@@ -7,6 +7,7 @@ step reporter, and when an evaluation is due. Neither trainer imports the other'
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,16 @@ def float_or_none(value: Any) -> float | None:
 
 # What the Trainer logs at a step: loss, learning_rate, and each method's own metrics.
 StepLog = dict[str, Any]
+
+
+def logged_metrics(logs: StepLog, own_fields: Collection[str]) -> dict[str, float]:
+    """The numbers (not booleans) a step logged, as floats, less ``own_fields``: the keys a
+    StepRecord has a field of its own for, or that its method leaves out."""
+    return {
+        key: float(value)
+        for key, value in logs.items()
+        if key not in own_fields and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 class StepLogs(TrainerCallback):
