@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kept_steps import KeptSteps  # type: ignore[import-not-found]
+from variants import interleaved  # type: ignore[import-not-found]
 
 from sandbox.agent_api import AgentLimits, ToolSpec
 from sandbox.agent_host import create_agent_sandbox
@@ -109,18 +110,17 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory() as scratch:
         cache = Path(scratch) / "models"
-        for round_index in range(args.rounds):
-            for variant in variants if round_index % 2 == 0 else variants[::-1]:
-                out = Path(scratch) / f"{variant.replace(' ', '-')}-{round_index}"
-                started = time.perf_counter()
-                result = run(variant, args.steps, args.wait_s, cache, out)
-                results[variant].append(result)
-                print(
-                    f"round {round_index + 1} {variant:>15}: step {result['step_s']:.2f} s, "
-                    f"{result['calls_per_rollout']:.2f} tool calls/rollout "
-                    f"({time.perf_counter() - started:.0f} s in all)",
-                    flush=True,
-                )
+        for round_index, variant in interleaved(variants, args.rounds):
+            out = Path(scratch) / f"{variant.replace(' ', '-')}-{round_index}"
+            started = time.perf_counter()
+            result = run(variant, args.steps, args.wait_s, cache, out)
+            results[variant].append(result)
+            print(
+                f"round {round_index + 1} {variant:>15}: step {result['step_s']:.2f} s, "
+                f"{result['calls_per_rollout']:.2f} tool calls/rollout "
+                f"({time.perf_counter() - started:.0f} s in all)",
+                flush=True,
+            )
     summary = {}
     for variant in variants:
         step_s = statistics.median(r["step_s"] for r in results[variant])

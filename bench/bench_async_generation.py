@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from variants import child_result, interleaved  # type: ignore[import-not-found]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "sdk" / "src")]
@@ -93,17 +94,10 @@ def main() -> None:
         print(json.dumps(child(args.child, args.steps)))
         return
     results: dict[str, list[dict[str, float]]] = {"sync": [], "async": []}
-    for round_ in range(args.rounds):
-        order = ["sync", "async"] if round_ % 2 == 0 else ["async", "sync"]
-        for variant in order:
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", variant, "--steps", str(args.steps)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            results[variant].append(json.loads(out.strip().splitlines()[-1]))
-            print(variant, results[variant][-1], flush=True)
+    for _, variant in interleaved(list(results), args.rounds):
+        command = [__file__, "--child", variant, "--steps", str(args.steps)]
+        results[variant].append(child_result(command, what=variant))
+        print(variant, results[variant][-1], flush=True)
     sync = statistics.median(r["s_per_step"] for r in results["sync"])
     overlapped = statistics.median(r["s_per_step"] for r in results["async"])
     print(f"s/step after the first: sync {sync:.3f}, async {overlapped:.3f}")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from variants import child_result, interleaved  # type: ignore[import-not-found]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "sdk" / "src")]
@@ -68,18 +69,11 @@ def main() -> None:
         print(json.dumps(child(args.child)))
         return
     results: dict[str, list[dict[str, float]]] = {"kept": [], "fresh": []}
-    for round_index in range(args.rounds):
-        order = ["kept", "fresh"] if round_index % 2 == 0 else ["fresh", "kept"]
-        for variant in order:
-            output = subprocess.run(
-                [sys.executable, __file__, "--child", variant],
-                check=True,
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-            ).stdout
-            results[variant].append(json.loads(output.strip().splitlines()[-1]))
-            print(f"round {round_index + 1} {variant:5}: {results[variant][-1]}", flush=True)
+    for round_index, variant in interleaved(list(results), args.rounds):
+        results[variant].append(
+            child_result([__file__, "--child", variant], what=variant, cwd=ROOT)
+        )
+        print(f"round {round_index + 1} {variant:5}: {results[variant][-1]}", flush=True)
     print("\njob B (3 steps, tiny model, vLLM CPU build), median of", args.rounds, "rounds:")
     print(f"{'':8}{'to first step (s)':>20}{'whole job (s)':>16}")
     medians = {}

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,9 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Qwen2.5-0.5B's layers (the tiny model's 448-token vocabulary: ~360M parameters).
-from bench_gpu_vllm import HALF_B_MODEL  # type: ignore[import-not-found]
-from bench_memory import build_random_qwen2  # type: ignore[import-not-found]
+from random_qwen2 import HALF_B_MODEL, build_random_qwen2  # type: ignore[import-not-found]
+from variants import child_result  # type: ignore[import-not-found]
 
 LORA_RANK = 16
 
@@ -108,12 +106,9 @@ def run_export(args: argparse.Namespace) -> None:
 
 
 def measure(model: Path, adapter: Path, dtype: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", "--model", str(model)]
+    command = [__file__, "--child", "--model", str(model)]
     command += ["--adapter", str(adapter), "--dtype", dtype]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{model.name} failed:\n{result.stderr[-3000:]}")
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    return child_result(command, what=model.name)
 
 
 def main() -> None:

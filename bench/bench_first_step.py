@@ -123,25 +123,17 @@ def demo_tenant(stack: LocalStack) -> Iterator[tuple[httpx.Client, str]]:
 
 def in_process_parts() -> dict[str, float]:
     """The worker's start-up pieces, timed one by one in this (import-warm) process."""
+    from demo_job import demo_hyperparameters, demo_spec  # type: ignore[import-not-found]
+
     from sandbox.reward_host import ProcessSandbox
     from service.base_models.built_in.tiny_model import ensure_tiny_model
-    from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
-    from service.jobs.hyperparameters import Hyperparameters
     from service.settings import get_settings, sandbox_settings
-    from workers.training.grpo import TrainingSpec, build_trainer
+    from workers.training.grpo import build_trainer
     from workers.training.reward_dispatch import RewardDispatcher
-    from workers.training.step_records import RewardConfig
 
     work = Path(tempfile.mkdtemp(prefix="rft-bench-first-"))
     ensure_tiny_model(work)  # built once per machine in real life: not part of a job
-    spec = TrainingSpec(
-        base_model="rft-tiny",
-        dataset=demo_dataset(),
-        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-        hyperparameters=Hyperparameters(**{**DEMO_HYPERPARAMETERS, "train_steps": 3}),
-        output_dir=work / "out",
-        model_cache_dir=work,
-    )
+    spec = demo_spec("rft-tiny", demo_hyperparameters(3), work / "out", work)
     parts: dict[str, float] = {}
     started = time.perf_counter()
     sandbox = ProcessSandbox(sandbox_settings(get_settings(), allow_network=False, secrets={}))

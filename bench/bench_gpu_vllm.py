@@ -26,7 +26,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,17 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_memory import KeptSteps, build_random_qwen2  # type: ignore[import-not-found]
+from kept_steps import KeptSteps  # type: ignore[import-not-found]
 from phases import PhaseClock, dtypes, patch_grpo_train, phase_table  # type: ignore[import-not-found]
+from random_qwen2 import HALF_B_MODEL, build_random_qwen2  # type: ignore[import-not-found]
+from variants import child_result  # type: ignore[import-not-found]
 
-HALF_B_MODEL: dict[str, Any] = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.02,
-}
 PROMPTS_PER_STEP = 4
 NUM_GENERATIONS = 8
 # Steps before this one include vLLM's warm-up (CUDA graphs, first weight sync): not timed.
@@ -93,40 +86,26 @@ def hyperparameters(args: argparse.Namespace) -> Any:
 
 def phase_service(args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from demo_job import demo_spec, run_unisolated  # type: ignore[import-not-found]
 
-    from sandbox.reward_host import create_sandbox
-    from sandbox.settings import SandboxSettings
-    from service.demo import demo_dataset, demo_reward_functions
     from service.settings import Settings
     from workers.training.colocated_vllm_sizing import colocated_memory_plan
     from workers.training.generation import choose_generation
-    from workers.training.grpo import TrainingSpec, run_grpo
-    from workers.training.step_records import RewardConfig
 
     generation = choose_generation(
         Settings(generation_backend=args.generation, vllm_mode="colocate")
     )
     observer = KeptSteps()
     timed = timing_phases()
-    sandbox = create_sandbox(SandboxSettings(isolation="none"))
     with tempfile.TemporaryDirectory() as output:
-        spec = TrainingSpec(
-            base_model=str(args.model),
-            dataset=demo_dataset(),
-            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-            hyperparameters=hyperparameters(args),
-            output_dir=Path(output),
-            model_cache_dir=Path(output),
-            generation=generation,
+        spec = demo_spec(
+            str(args.model), hyperparameters(args), Path(output), Path(output), generation
         )
         # vLLM's share as the worker computes it (service/gpu/memory_plan.py), and what torch
         # then measured: the plan's sum against the peak.
         plan = colocated_memory_plan(spec, str(args.model))
         torch.cuda.reset_peak_memory_stats()
-        try:
-            run_grpo(spec, sandbox, observer)
-        finally:
-            sandbox.close()
+        run_unisolated(spec, observer)
         peak_reserved = torch.cuda.max_memory_reserved() / 1024**3
         peak_allocated = torch.cuda.max_memory_allocated() / 1024**3
     return {
@@ -295,7 +274,6 @@ PHASES = {
 
 def run_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [
-        sys.executable,
         __file__,
         "--phase",
         name,
@@ -310,10 +288,7 @@ def run_phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "--generation",
         args.generation,
     ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"phase {name} failed:\n{result.stderr[-4000:]}")
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    return child_result(command, what=f"phase {name}")
 
 
 def timed_median(durations: list[float]) -> float:

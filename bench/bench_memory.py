@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,41 +24,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kept_steps import KeptSteps  # type: ignore[import-not-found]
+from random_qwen2 import MID_MODEL, build_random_qwen2  # type: ignore[import-not-found]
+from variants import child_result  # type: ignore[import-not-found]
 
-# ~70M parameters: 12 layers of hidden 768 (head_dim 64, 2 KV heads), MLP 2048, vocab 448.
-MID_MODEL: dict[str, Any] = {
-    "hidden_size": 768,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.02,
-}
 MICRO_BATCH = 8
 NUM_GENERATIONS = 8
-
-
-def build_random_qwen2(directory: Path, shape: dict[str, Any]) -> Path:
-    """A random Qwen2 of ``shape`` with the tiny model's tokenizer, built once into
-    ``directory`` (reused when already there)."""
-    from service.base_models.built_in.tiny_model import build_tokenizer, save_qwen2
-
-    if not (directory / "config.json").is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        save_qwen2(directory, build_tokenizer(directory), **shape)
-    return directory
 
 
 def run_configuration(args: argparse.Namespace) -> None:
     """In the child: train, then print one JSON line with peak RSS, rewards and advantages."""
     import torch
+    from demo_job import demo_spec, run_unisolated  # type: ignore[import-not-found]
 
-    from sandbox.reward_host import create_sandbox
-    from sandbox.settings import SandboxSettings
-    from service.demo import demo_dataset, demo_reward_functions
     from service.jobs.hyperparameters import Hyperparameters
-    from workers.training.grpo import TrainingSpec, run_grpo
-    from workers.training.step_records import RewardConfig
 
     torch.set_num_threads(1)
 
@@ -75,20 +52,9 @@ def run_configuration(args: argparse.Namespace) -> None:
         seed=0,
     )
     observer = KeptSteps()
-    sandbox = create_sandbox(SandboxSettings(isolation="none"))
     with tempfile.TemporaryDirectory() as output:
-        spec = TrainingSpec(
-            base_model=str(args.model),
-            dataset=demo_dataset(),
-            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-            hyperparameters=hyperparameters,
-            output_dir=Path(output),
-            model_cache_dir=Path(output),
-        )
-        try:
-            run_grpo(spec, sandbox, observer)
-        finally:
-            sandbox.close()
+        spec = demo_spec(str(args.model), hyperparameters, Path(output), Path(output))
+        run_unisolated(spec, observer)
     print(
         json.dumps(
             {
@@ -112,7 +78,6 @@ def measure(
     model: Path, *, completions: int, micro_batch: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     command = [
-        sys.executable,
         __file__,
         "--child",
         "--model",
@@ -127,10 +92,7 @@ def measure(
         str(args.completion_tokens),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{completions}/{micro_batch} failed:\n{result.stderr[-3000:]}")
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    return child_result(command, what=f"{completions}/{micro_batch}", env=env)
 
 
 def main() -> None:

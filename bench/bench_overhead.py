@@ -47,14 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import torch
 from datasets import Dataset
+from demo_job import demo_hyperparameters, demo_spec  # type: ignore[import-not-found]
 from in_process import (  # type: ignore[import-not-found]
     THREADS_ENV,
     InProcessSandbox,
     Run,
     TimedObserver,
     bare_cpu_arguments,
+    differing_fields,
     local_service,
     recording_observer,
+    train_bare,
+    use_one_thread,
     wait_for_steps,
 )
 from peft import LoraConfig
@@ -66,10 +70,10 @@ from phases import (  # type: ignore[import-not-found]
     phase_table,
     read_phases,
 )
+from random_qwen2 import QWEN2_13M, build_random_qwen2  # type: ignore[import-not-found]
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    PrinterCallback,
     TrainerControl,
     TrainerState,
     TrainingArguments,
@@ -78,36 +82,21 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sandbox.api import RewardSandbox
 from sandbox.reward_host import ProcessSandbox
-from service.base_models.built_in.model_building import save_qwen2
-from service.base_models.built_in.tiny_model import build_tokenizer, ensure_tiny_model
+from service.base_models.built_in.tiny_model import ensure_tiny_model
 from service.demo import (
     DEMO_BASE_MODEL,
-    DEMO_HYPERPARAMETERS,
     demo_dataset,
     demo_reward_functions,
     demo_rewards_source,
 )
 from service.demo.follow import DEMO_DIR, demo_job_request
-from service.jobs.hyperparameters import Hyperparameters
 from service.reward_functions.totals import weighted_total
 from service.settings import get_settings, sandbox_settings
 from workers.training.generation import Generation, choose_generation, transformers_generation
-from workers.training.grpo import TrainingSpec, _grpo_config, grpo_objective_arguments, run_grpo
-from workers.training.step_records import RewardConfig
+from workers.training.grpo import _grpo_config, grpo_objective_arguments, run_grpo
 from workers.training.trainer_common import StepLog, StepLogs
 
 BENCH_DIR = Path(__file__).resolve().parent
-
-# The 13M-class model (docs/measured-facts.md: 0.6-0.9 s/step on CPU): head_dim 64, which vLLM's
-# CPU attention accepts (it needs >= 32).
-QWEN2_13M: dict[str, Any] = {
-    "hidden_size": 384,
-    "intermediate_size": 1536,
-    "num_hidden_layers": 6,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.1,
-}
 
 
 @dataclass
@@ -120,14 +109,6 @@ class Setup:
     generation: Generation
 
 
-def build_13m_model(root: Path) -> Path:
-    directory = root / "qwen2-13m"
-    if not (directory / "config.json").is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        save_qwen2(directory, build_tokenizer(directory), **QWEN2_13M)
-    return directory
-
-
 # Every GRPOTrainer.train() in this process (the bare runs, the in-process variants) is timed
 # by phase; its clock lands here.
 TIMED_TRAINS: list[tuple[PhaseClock, dict[str, str]]] = []
@@ -135,11 +116,6 @@ TIMED_TRAINS: list[tuple[PhaseClock, dict[str, str]]] = []
 
 def _keep_phases(clock: PhaseClock, trainer: Any) -> None:
     TIMED_TRAINS.append((clock, dtypes(trainer)))
-
-
-def demo_hyperparameters(steps: int) -> Hyperparameters:
-    # What the service builds from demo_job_request(train_steps=steps).
-    return Hyperparameters(**{**DEMO_HYPERPARAMETERS, "train_steps": steps})
 
 
 def bare_config(
@@ -174,24 +150,12 @@ def config_differences(steps: int, output_dir: Path, setup: Setup) -> list[str]:
     """Fields where bare_config differs from what the worker builds (reward_weights aside, and
     run_name: the worker names the run after the job)."""
     hp = demo_hyperparameters(steps)
-    spec = TrainingSpec(
-        base_model=setup.base_model,
-        dataset=demo_dataset(),
-        reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-        hyperparameters=hp,
-        output_dir=output_dir,
-        model_cache_dir=output_dir,
-        generation=setup.generation,
-    )
+    spec = demo_spec(setup.base_model, hp, output_dir, output_dir, setup.generation)
     service = _grpo_config(
         spec, use_cuda=False, use_bf16=False, model_path=str(setup.model_dir)
     ).to_dict()
     bare = bare_config(steps, output_dir, generation=setup.generation).to_dict()
-    return [
-        f"{key}: service {service.get(key)!r}, bare {bare.get(key)!r}"
-        for key in sorted(set(service) | set(bare))
-        if key not in ("reward_weights", "run_name") and service.get(key) != bare.get(key)
-    ]
+    return differing_fields(service, bare, ignored=("reward_weights", "run_name"))
 
 
 def demo_reward_callables() -> list[Any]:
@@ -285,11 +249,8 @@ def run_bare(steps: int, work: Path, setup: Setup, *, summed: bool = False) -> R
             task_type="CAUSAL_LM",
         ),
     )
-    trainer.remove_callback(PrinterCallback)  # as the worker does: no per-step print
     clock = StepClock(run)
-    trainer.add_callback(clock)
-    trainer.train()
-    trainer.save_model(str(work / "bare-adapter"))
+    train_bare(trainer, clock, work / "bare-adapter")
     if setup.generation.uses_vllm:
         from workers.training.generation import release_vllm
 
@@ -314,14 +275,12 @@ def run_in_process(steps: int, work: Path, setup: Setup, *, sandboxed: bool, dat
     )
     with recording_observer(database) as inner:
         observer = TimedObserver(inner)
-        spec = TrainingSpec(
-            base_model=setup.base_model,
-            dataset=demo_dataset(),
-            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-            hyperparameters=demo_hyperparameters(steps),
-            output_dir=work / f"in-process-{time.monotonic_ns()}",
-            model_cache_dir=work / "models",
-            generation=setup.generation,
+        spec = demo_spec(
+            setup.base_model,
+            demo_hyperparameters(steps),
+            work / f"in-process-{time.monotonic_ns()}",
+            work / "models",
+            setup.generation,
         )
         try:
             run_grpo(spec, sandbox, observer)
@@ -446,8 +405,7 @@ def main() -> None:
     parser.add_argument("--variants", action="store_true", help="also the in-process variants")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    os.environ.update(THREADS_ENV)
-    torch.set_num_threads(1)
+    use_one_thread()
     print(f"load average at start: {os.getloadavg()}")
     work = Path(tempfile.mkdtemp(prefix="rft-bench-overhead-"))
     phases_dir = work / "phases"
@@ -467,7 +425,7 @@ def main() -> None:
         "RFT_GENERATION_BACKEND": args.generation,
     }
     if args.model == "13m":
-        model_dir = build_13m_model(work / "roots")
+        model_dir = build_random_qwen2(work / "roots" / "qwen2-13m", QWEN2_13M)
         stack_env["RFT_MODEL_ROOTS"] = str(work / "roots")
         setup = Setup(str(model_dir), model_dir, transformers_generation())
     else:

@@ -47,8 +47,6 @@ from service.bulk import (
     without_nul,
 )
 from service.db import session_scope
-from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
-from service.jobs.hyperparameters import Hyperparameters
 from service.jobs.step_repository import COMPLETION_COLUMNS
 from service.models import Completion, Job, RewardErrorRecord, RewardLog, Step
 from workers.database import with_database_retries
@@ -206,8 +204,9 @@ class BenchObserver:
 
 def training_share(train_steps: int, rounds: int) -> None:
     import torch
+    from demo_job import demo_hyperparameters, demo_spec  # type: ignore[import-not-found]
 
-    from workers.training.grpo import TrainingSpec, run_grpo
+    from workers.training.grpo import run_grpo
 
     # One intra-op thread: on a shared 2-core machine two OpenMP threads that spin-wait for
     # each other made step times vary tenfold (0.07 s to 1.6 s) from run to run.
@@ -229,19 +228,11 @@ def training_share(train_steps: int, rounds: int) -> None:
                 gc.collect()
                 job_id = create_running_job(tenant_id)
                 observer = BenchObserver(mode, job_id)
-                spec = TrainingSpec(
-                    base_model="rft-tiny",
-                    dataset=demo_dataset(),
-                    reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-                    hyperparameters=Hyperparameters(
-                        **{
-                            **DEMO_HYPERPARAMETERS,
-                            "train_steps": train_steps,
-                            "checkpoint_every": 100_000,
-                        }
-                    ),
-                    output_dir=cache / f"out-{round_index}-{mode}",
-                    model_cache_dir=cache,
+                spec = demo_spec(
+                    "rft-tiny",
+                    demo_hyperparameters(train_steps, checkpoint_every=100_000),
+                    cache / f"out-{round_index}-{mode}",
+                    cache,
                 )
                 run_grpo(spec, sandbox, observer)
                 if observer.writer is not None:

@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_sandbox import BATCH_SIZE, FORMAT_REWARD, make_batch
+from variants import interleaved  # type: ignore[import-not-found]
 
 import sandbox.worker_process
 from sandbox.api import RewardFunctionSpec, ScoringBatch
-from sandbox.isolation import REWARD_CHILD, LaunchPlan, detect_isolation, plan_launch
+from sandbox.isolation import LaunchPlan, detect_isolation, plan_launch
 from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
 from sandbox.worker_process import SandboxWorker
@@ -38,14 +39,10 @@ VARIANTS = ("plain", "hardened")
 Measured = TypeVar("Measured")
 
 
-def plain_plan(
-    settings: SandboxSettings,
-    program: list[str] | None = None,
-    child_program: str = REWARD_CHILD,
-    egress_socket: Path | None = None,
-) -> LaunchPlan:
-    plan = plan_launch(settings, program, child_program, egress_socket)
-    return replace(plan, seccomp_filter=None, cgroup=None)
+def plain_plan(*args: Any, **kwargs: Any) -> LaunchPlan:
+    """The real plan_launch (whatever it is called with), less the seccomp filter and the
+    cgroup."""
+    return replace(plan_launch(*args, **kwargs), seccomp_filter=None, cgroup=None)
 
 
 def launching(variant: str) -> None:
@@ -95,10 +92,9 @@ def start_ms() -> float:
 
 def alternate(rounds: int, measure: Callable[[], Measured]) -> dict[str, list[Measured]]:
     results: dict[str, list[Measured]] = {variant: [] for variant in VARIANTS}
-    for index in range(rounds):
-        for variant in VARIANTS if index % 2 == 0 else VARIANTS[::-1]:
-            launching(variant)
-            results[variant].append(measure())
+    for _, variant in interleaved(VARIANTS, rounds):
+        launching(variant)
+        results[variant].append(measure())
     launching("hardened")
     return results
 

@@ -17,15 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from demo_job import demo_hyperparameters, demo_spec  # type: ignore[import-not-found]
 from kept_steps import KeptSteps  # type: ignore[import-not-found]
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from sandbox.reward_host import ProcessSandbox
 from sandbox.settings import SandboxSettings
-from service.demo import DEMO_HYPERPARAMETERS, demo_dataset, demo_reward_functions
-from service.jobs.hyperparameters import Hyperparameters
-from workers.training.grpo import TrainingSpec, run_grpo
-from workers.training.step_records import RewardConfig
+from workers.training.grpo import run_grpo
 
 
 class TimedSandbox:
@@ -58,15 +56,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         sandbox = TimedSandbox(ProcessSandbox(SandboxSettings(isolation=args.isolation)))
         observer = KeptSteps()
-        spec = TrainingSpec(
-            base_model="rft-tiny",
-            dataset=demo_dataset(),
-            reward_config=RewardConfig(version=1, functions=demo_reward_functions()),
-            hyperparameters=Hyperparameters.model_validate(
-                {**DEMO_HYPERPARAMETERS, "train_steps": args.steps, "checkpoint_every": 10_000}
-            ),
-            output_dir=Path(workdir) / "run",
-            model_cache_dir=Path(workdir) / "models",
+        spec = demo_spec(
+            "rft-tiny",
+            demo_hyperparameters(args.steps, checkpoint_every=10_000),
+            Path(workdir) / "run",
+            Path(workdir) / "models",
         )
         try:
             run_grpo(spec, sandbox, observer)

@@ -41,15 +41,17 @@ from in_process import (  # type: ignore[import-not-found]
     Run,
     TimedObserver,
     bare_cpu_arguments,
+    differing_fields,
     local_service,
     recording_observer,
+    train_bare,
+    use_one_thread,
     wait_for_steps,
 )
 from peft import LoraConfig
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    PrinterCallback,
     TrainerControl,
     TrainerState,
     TrainingArguments,
@@ -106,6 +108,8 @@ def bare_config(steps: int, output_dir: Path) -> SFTConfig:
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
         max_length=64,
+        # As the worker sets it (transformers' own default optimizer is adamw_torch_fused).
+        optim="adamw_torch",
         **bare_cpu_arguments(hp, steps=steps, seed=0),
     )
 
@@ -114,12 +118,8 @@ def config_differences(steps: int, work: Path) -> list[str]:
     output_dir = work / "compare"
     ours = sft_config(spec(steps, output_dir, work), use_cuda=False, use_bf16=False).to_dict()
     bare = bare_config(steps, output_dir).to_dict()
-    return [
-        f"{key}: service {ours.get(key)!r}, bare {bare.get(key)!r}"
-        for key in sorted(set(ours) | set(bare))
-        # The run's name is the job id in trackers; nothing reads it here.
-        if key != "run_name" and ours.get(key) != bare.get(key)
-    ]
+    # The run's name is the job id in trackers; nothing reads it here.
+    return differing_fields(ours, bare, ignored=("run_name",))
 
 
 class StepClock(StepLogs):
@@ -153,11 +153,8 @@ def run_bare(steps: int, work: Path) -> Run:
             task_type="CAUSAL_LM",
         ),
     )
-    trainer.remove_callback(PrinterCallback)  # as the worker does: no per-step print
     clock = StepClock()
-    trainer.add_callback(clock)
-    trainer.train()
-    trainer.save_model(str(work / "bare-adapter"))
+    train_bare(trainer, clock, work / "bare-adapter")
     run.end_to_end_s = time.perf_counter() - started
     run.step_s = [b - a for a, b in itertools.pairwise(clock.ends)]
     run.rewards = clock.losses  # the per-step figure compared for parity: the loss
@@ -236,8 +233,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    os.environ.update(THREADS_ENV)
-    torch.set_num_threads(1)
+    use_one_thread()
     print(f"load average at start: {os.getloadavg()}")
     work = Path(tempfile.mkdtemp(prefix="rft-bench-sft-"))
     differences = config_differences(args.steps, work)

@@ -1,5 +1,6 @@
 """What the overhead benches (bench_overhead.py, bench_sft.py) share: one thread for torch on
-both sides, the bare scripts' hand-written CPU settings, a run's figures, the in-process
+both sides, the bare scripts' hand-written CPU settings, how a bare script trains and how its
+config is checked against the worker's, a run's figures, the in-process
 stand-ins that swap parts of the service out (rewards called in this process, an observer that
 keeps each step's end time), the worker's recording observer over a job row, and the service on
 this machine with a client of it."""
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +24,7 @@ from synthetic import (  # type: ignore[import-not-found]
     create_tenant_key,
     use_database,
 )
+from transformers import PrinterCallback, TrainerCallback
 
 from sandbox.api import FunctionResult, RewardFunctionSpec, ScoringBatch
 from service.artifacts.storage import artifact_store
@@ -37,6 +40,14 @@ from workers.training.step_records import RewardConfig, StepRecord
 # Both sides run torch on one thread: on a shared 2-core machine, two OpenMP threads that
 # spin-wait for each other made step times swing tenfold between runs.
 THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def use_one_thread() -> None:
+    """Torch on one thread in this process (the bare side), THREADS_ENV for those it starts."""
+    import torch
+
+    os.environ.update(THREADS_ENV)
+    torch.set_num_threads(1)
 
 
 def bare_cpu_arguments(hp: Hyperparameters, *, steps: int, seed: int) -> dict[str, Any]:
@@ -62,6 +73,27 @@ def bare_cpu_arguments(hp: Hyperparameters, *, steps: int, seed: int) -> dict[st
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
+
+
+def differing_fields(
+    service: dict[str, Any], bare: dict[str, Any], *, ignored: Collection[str] = ()
+) -> list[str]:
+    """The fields (``ignored`` aside) where a bare script's config differs from the worker's,
+    each as ``name: service value, bare value``; the configs as their ``to_dict()``."""
+    return [
+        f"{key}: service {service.get(key)!r}, bare {bare.get(key)!r}"
+        for key in sorted(set(service) | set(bare))
+        if key not in ignored and service.get(key) != bare.get(key)
+    ]
+
+
+def train_bare(trainer: Any, clock: TrainerCallback, adapter_dir: Path) -> None:
+    """Trains a bare script's trainer as the worker trains its own (no per-step print),
+    ``clock`` called back at each step, then saves its adapter into ``adapter_dir``."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(clock)
+    trainer.train()
+    trainer.save_model(str(adapter_dir))
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 
 import rft
 
@@ -57,6 +56,9 @@ def correct_value(prompt, completion, example):
 
 
 def main(train_steps: int = TRAIN_STEPS) -> None:
+    # What both agent examples print at the end: examples/agent_report.py, beside this file.
+    from agent_report import print_last_rollout, print_reward_trend
+
     rng = random.Random(1)
     rows = []
     for _ in range(64):
@@ -96,14 +98,8 @@ def main(train_steps: int = TRAIN_STEPS) -> None:
             calls = metrics.tool_calls_per_rollout if metrics is not None else 0.0
             reward = step.reward_mean or 0.0
             print(f"step {step.step:2d}  reward {reward:.2f}  tool calls/rollout {calls:.2f}")
-        first = statistics.mean(s.reward_mean or 0.0 for s in steps[:4])
-        last = statistics.mean(s.reward_mean or 0.0 for s in steps[-4:])
-        print(f"mean reward: first 4 steps {first:.2f}, last 4 steps {last:.2f}")
-
-        # One rollout of the last step, turn by turn.
-        completion = next(iter(client.jobs.completions(job.id, step=steps[-1].step)))
-        for line in rft.trajectory_lines(completion.trajectory or []):
-            print(f"  {line}")
+        print_reward_trend(steps)
+        print_last_rollout(client, job.id, steps)
 
 
 if __name__ == "__main__":

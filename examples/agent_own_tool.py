@@ -111,6 +111,9 @@ def answered_from_the_tool(trajectory: list[rft.TrajectoryMessage]) -> bool:
 
 
 def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
+    # What both agent examples print at the end: examples/agent_report.py, beside this file.
+    from agent_report import print_last_rollout, print_reward_trend
+
     rng = random.Random(1)
     transcripts = [transcript(rng, rng.choice(REGISTERS)) for _ in range(64)]
     questions = []
@@ -168,17 +171,10 @@ def main(sft_steps: int = SFT_STEPS, train_steps: int = TRAIN_STEPS) -> None:
             from_tool.append(share)
             reward = step.reward_mean or 0.0
             print(f"step {step.step:2d}  reward {reward:.2f}  answers from the tool {share:.2f}")
-        quarter = max(1, len(steps) // 4)
-        first = statistics.mean(s.reward_mean or 0.0 for s in steps[:quarter])
-        last = statistics.mean(s.reward_mean or 0.0 for s in steps[-quarter:])
-        print(f"mean reward: first {quarter} steps {first:.2f}, last {quarter} steps {last:.2f}")
+        quarter = print_reward_trend(steps)
         tool_share = statistics.mean(from_tool[-quarter:])
         print(f"answers equal to the tool's result, last {quarter} steps: {tool_share:.2f}")
-
-        # One rollout of the last step, turn by turn.
-        completion = next(iter(client.jobs.completions(job.id, step=steps[-1].step)))
-        for line in rft.trajectory_lines(completion.trajectory or []):
-            print(f"  {line}")
+        print_last_rollout(client, job.id, steps)
 
 
 if __name__ == "__main__":
