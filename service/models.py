@@ -100,7 +100,22 @@ class DatasetRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(Json)
 
 
-class Job(Base):
+class LeasedWork:
+    """The columns of work a worker takes and holds under a lease (jobs, exports;
+    service.leases): who holds it and its last heartbeat, and when it was made, changed,
+    started and finished."""
+
+    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[CreatedAt]
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Job(LeasedWork, Base):
     __tablename__ = "jobs"
     __table_args__ = (
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
@@ -170,14 +185,6 @@ class Job(Base):
         Boolean, default=False, server_default=text("false")
     )
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[CreatedAt]
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, onupdate=utcnow
-    )
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Cost (service.usage): what the job was expected to cost at creation (a CostEstimate),
     # the GPU-seconds of its finished runs, and since when its current run holds devices
     # (None: it holds none; paused and queued time count nothing).
@@ -328,32 +335,34 @@ class Completion(Base):
     trajectory: Mapped[list[dict[str, Any]] | None] = mapped_column(Json, nullable=True)
 
 
-class RewardErrorRecord(Base):
+class FunctionStepRow:
+    """The columns every per-function, per-step record shares (its print output, its errors):
+    the two are listed through one query (service.jobs.step_repository). sort_order keeps
+    them first in each table, as the migrations created them."""
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True, sort_order=-1)
+    job_id: Mapped[JobRef] = mapped_column(sort_order=-1)
+    step: Mapped[int] = mapped_column(Integer, sort_order=-1)
+    function_name: Mapped[str] = mapped_column(String(100), sort_order=-1)
+    function_version: Mapped[int] = mapped_column(Integer, sort_order=-1)
+
+
+class RewardErrorRecord(FunctionStepRow, Base):
     __tablename__ = "reward_errors"
     __table_args__ = (Index("ix_reward_errors_job_id_step", "job_id", "step"),)
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[JobRef]
-    step: Mapped[int] = mapped_column(Integer)
-    function_name: Mapped[str] = mapped_column(String(100))
-    function_version: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
     sample_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-class RewardLog(Base):
+class RewardLog(FunctionStepRow, Base):
     """A reward function's stdout and stderr during one step, bounded."""
 
     __tablename__ = "reward_logs"
     __table_args__ = (Index("ix_reward_logs_job_id_step", "job_id", "step"),)
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    job_id: Mapped[JobRef]
-    step: Mapped[int] = mapped_column(Integer)
-    function_name: Mapped[str] = mapped_column(String(100))
-    function_version: Mapped[int] = mapped_column(Integer)
     output: Mapped[str] = mapped_column(Text)
     truncated: Mapped[bool] = mapped_column(Boolean, default=False)
 
@@ -409,7 +418,7 @@ class Checkpoint(Base):
     created_at: Mapped[CreatedAt]
 
 
-class Export(Base):
+class Export(LeasedWork, Base):
     """A job's adapter made into something to ship: a merged model archive in the artifact
     store, or an adapter or merged model pushed to a Hugging Face hub repository. Built by a
     worker (workers.export); the row is its state (service.exports.status) and progress."""
@@ -442,14 +451,6 @@ class Export(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     archive_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[CreatedAt]
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, onupdate=utcnow
-    )
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Throughput(Base):

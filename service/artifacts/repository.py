@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.models import Checkpoint
+from service.repository import Repository
 
 
-class CheckpointRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class CheckpointRepository(Repository):
     def save(self, job_id: str, step: int, path: str, size_bytes: int) -> None:
         """Record (or replace: a re-run step after a resume) the checkpoint saved at ``step``."""
         self.session.merge(Checkpoint(job_id=job_id, step=step, path=path, size_bytes=size_bytes))

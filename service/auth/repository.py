@@ -1,27 +1,20 @@
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.models import ApiKey, Tenant
+from service.repository import Repository
 
 
-class AuthRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class AuthRepository(Repository):
     def get_tenant_by_name(self, name: str) -> Tenant | None:
         return self.session.scalar(select(Tenant).where(Tenant.name == name))
 
     def add_tenant(self, tenant: Tenant) -> Tenant:
-        self.session.add(tenant)
-        self.session.flush()
-        return tenant
+        return self.insert(tenant)
 
     def add_api_key(self, api_key: ApiKey) -> ApiKey:
-        self.session.add(api_key)
-        self.session.flush()
-        return api_key
+        return self.insert(api_key)
 
     def get_active_key_by_hash(self, key_hash: str) -> ApiKey | None:
         return self.session.scalar(

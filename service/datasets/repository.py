@@ -3,17 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.bulk import copy_into, copy_json, copy_line
 from service.keyset import newest_first
 from service.models import Dataset, DatasetRow
+from service.repository import Repository
 
 
-class DatasetRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class DatasetRepository(Repository):
     def add(self, dataset: Dataset, rows: list[dict[str, Any]]) -> Dataset:
         self.session.add(dataset)
         self.session.flush()

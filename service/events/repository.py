@@ -6,19 +6,17 @@ from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
+from service.keyset import after_key
 from service.models import Job, JobEvent
+from service.repository import Repository
 from service.server_paths import hide_paths_in, hide_server_paths
 
 # First key of the per-job advisory lock that orders event ids (the second is the job's hash).
 EVENT_ORDER_LOCK_CLASS = 0x5246_5401
 
 
-class EventRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class EventRepository(Repository):
     def add_event(
         self,
         job_id: str,
@@ -53,14 +51,8 @@ class EventRepository:
         )
 
     def list_events(self, job_id: str, *, after_id: int, limit: int) -> list[JobEvent]:
-        return list(
-            self.session.scalars(
-                select(JobEvent)
-                .where(JobEvent.job_id == job_id, JobEvent.id > after_id)
-                .order_by(JobEvent.id)
-                .limit(limit)
-            )
-        )
+        statement = select(JobEvent).where(JobEvent.job_id == job_id)
+        return list(self.session.scalars(after_key(statement, JobEvent.id, after_id, limit)))
 
     def list_events_of_kinds(self, job_id: str, kinds: Collection[str]) -> list[JobEvent]:
         """A job's events of these kinds, in id order."""

@@ -5,21 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
 
 from service.exports.status import ExportStatus
 from service.models import Export
+from service.repository import Repository
 
 
-class ExportRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def add(self, export: Export) -> Export:
-        self.session.add(export)
-        self.session.flush()
-        return export
-
+class ExportRepository(Repository):
     def get(self, job_id: str, export_id: str, *, for_update: bool = False) -> Export | None:
         query = select(Export).where(Export.id == export_id, Export.job_id == job_id)
         if for_update:

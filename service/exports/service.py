@@ -99,7 +99,7 @@ def create_export(
         attempts=0,
         idempotency_key=idempotency_key,
     )
-    repository.add(export)
+    repository.insert(export)
     export_id = export.id
     after_commit(session, lambda: enqueue_export(export_id))
     return export

@@ -1,15 +1,12 @@
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.models import Job
+from service.repository import Repository
 
 
-class InferenceRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class InferenceRepository(Repository):
     def tenant_trains_on(self, tenant_id: str, base_model: str) -> bool:
         """Whether any job of the tenant names ``base_model``."""
         found = self.session.execute(

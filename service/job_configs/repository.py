@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from sandbox.agent_api import EnvironmentSpec, ToolSpec
 from sandbox.api import RewardFunctionSpec
 from service.models import AgentCodeVersion, JobConfigVersion, RewardFunctionVersion
+from service.repository import Repository
 from service.reward_functions.schemas import (
     REWARD_MODEL_FORM,
     reward_model_settings,
@@ -91,10 +91,7 @@ class StoredEnvironment:
         )
 
 
-class JobConfigRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class JobConfigRepository(Repository):
     def add_function_version(self, version: RewardFunctionVersion) -> None:
         self.session.add(version)
 

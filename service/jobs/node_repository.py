@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.orm import Session
 
 from service.jobs.status import NODE_STATES, NodeState
 from service.models import JobNode
+from service.repository import Repository
 
 
-class JobNodeRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class JobNodeRepository(Repository):
     def placement(self, job_id: str, placement_id: str | None = None) -> list[JobNode]:
         """The job's node rows in node order (only ``placement_id``'s when given)."""
         statement = select(JobNode).where(JobNode.job_id == job_id)

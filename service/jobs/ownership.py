@@ -146,20 +146,31 @@ def pause(session: Session, job_id: str, claim: HeldBy) -> bool:
 
 def finish(session: Session, job_id: str, claim: HeldBy, *, adapter: str) -> bool:
     """The run trained every step: succeeded, with its adapter."""
-    job = JOB_LEASE.hold(session, job_id, claim)
-    if job is None:
-        return False
-    job.adapter_path = adapter
-    transition(session, job, JobStatus.SUCCEEDED)
-    return True
+    return _end(session, job_id, claim, JobStatus.SUCCEEDED, adapter=adapter)
 
 
 def fail(session: Session, job_id: str, claim: HeldBy, *, reason: str) -> bool:
     """The run failed; ``reason`` is the job's failure reason."""
+    return _end(session, job_id, claim, JobStatus.FAILED, reason=reason)
+
+
+def _end(
+    session: Session,
+    job_id: str,
+    claim: HeldBy,
+    final: JobStatus,
+    *,
+    adapter: str | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Move the job the claim holds to a final status; whether it moved (False: the claim no
+    longer holds it)."""
     job = JOB_LEASE.hold(session, job_id, claim)
     if job is None:
         return False
-    transition(session, job, JobStatus.FAILED, reason=reason)
+    if adapter is not None:
+        job.adapter_path = adapter
+    transition(session, job, final, reason=reason)
     return True
 
 

@@ -10,26 +10,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, text, update
-from sqlalchemy.orm import Session
 
 from service.jobs.status import OWNED_STATUSES, JobStatus
 from service.keyset import newest_first
 from service.models import Job
+from service.repository import Repository
 
 # Postgres NOTIFY channel the workers listen on for changes to their jobs.
 JOB_CHANNEL = "rft_jobs"
 
 
-class JobRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class JobRepository(Repository):
     # jobs
-    def add(self, job: Job) -> Job:
-        self.session.add(job)
-        self.session.flush()
-        return job
-
     def get(self, tenant_id: str, job_id: str, *, for_update: bool = False) -> Job | None:
         statement = select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id)
         if for_update:

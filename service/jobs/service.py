@@ -157,7 +157,7 @@ def create_job(
         # A savepoint: a concurrent create with the same idempotency key loses the race here
         # and returns the winner's job instead of failing the request.
         with session.begin_nested():
-            repository.add(job)
+            repository.insert(job)
     except IntegrityError:
         if idempotency_key:
             winner = repository.get_by_idempotency_key(tenant_id, idempotency_key)

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import RowMapping, Text, cast, delete, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.orm import Session
 
 from service.bulk import copy_lines
+from service.keyset import after_key
 from service.models import (
     Completion,
     Evaluation,
@@ -22,6 +22,7 @@ from service.models import (
     RewardLog,
     Step,
 )
+from service.repository import Repository
 
 FunctionRecord = TypeVar("FunctionRecord", RewardLog, RewardErrorRecord)
 
@@ -54,10 +55,7 @@ ERROR_COLUMNS = [
 LOG_COLUMNS = ["job_id", "step", "function_name", "function_version", "output", "truncated"]
 
 
-class StepRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class StepRepository(Repository):
     def list_steps(self, job_id: str, *, after_step: int, limit: int) -> Sequence[RowMapping]:
         """Plain rows (not ORM objects), their JSON columns (reward_functions, ...) left as
         the JSON text Postgres holds: a long run's 1000 steps are read often (graphs, the
@@ -80,14 +78,9 @@ class StepRepository:
         )
 
     def list_evaluations(self, job_id: str, *, after_step: int, limit: int) -> list[Evaluation]:
-        return list(
-            self.session.scalars(
-                select(Evaluation)
-                .where(Evaluation.job_id == job_id, Evaluation.step > after_step)
-                .order_by(Evaluation.step)
-                .limit(limit)
-            )
-        )
+        statement = select(Evaluation).where(Evaluation.job_id == job_id)
+        page = after_key(statement, Evaluation.step, after_step, limit)
+        return list(self.session.scalars(page))
 
     def evaluation_rewards(self, job_id: str) -> dict[int, float | None]:
         """Each evaluated step's validation reward mean."""
@@ -144,12 +137,12 @@ class StepRepository:
         limit: int,
     ) -> list[FunctionRecord]:
         """Reward logs or reward errors of a job, by step and function, in id order."""
-        statement = select(model).where(model.job_id == job_id, model.id > after_id)
+        statement = select(model).where(model.job_id == job_id)
         if step is not None:
             statement = statement.where(model.step == step)
         if function is not None:
             statement = statement.where(model.function_name == function)
-        return list(self.session.scalars(statement.order_by(model.id).limit(limit)))
+        return list(self.session.scalars(after_key(statement, model.id, after_id, limit)))
 
     # the worker's writes
     def replace_step(

@@ -8,15 +8,12 @@ from datetime import datetime
 
 from sqlalchemy import Date, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.orm import Session
 
 from service.models import GpuUsage, Job, Step, Throughput, utcnow
+from service.repository import Repository
 
 
-class ThroughputRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class ThroughputRepository(Repository):
     def add_measurement(
         self,
         key: tuple[str, str, str],
@@ -64,10 +61,7 @@ class ThroughputRepository:
         return self.session.get(Throughput, (device_kind, model_key, backend))
 
 
-class UsageRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class UsageRepository(Repository):
     def open_stretch(self, job: Job, devices: int, now: datetime) -> None:
         self.session.add(
             GpuUsage(tenant_id=job.tenant_id, job_id=job.id, devices=devices, started_at=now)

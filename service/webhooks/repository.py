@@ -6,23 +6,18 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
 
 from service.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from service.repository import Repository
 
 PENDING = "pending"
 DELIVERED = "delivered"
 FAILED = "failed"
 
 
-class WebhookRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class WebhookRepository(Repository):
     def add_endpoint(self, endpoint: WebhookEndpoint) -> WebhookEndpoint:
-        self.session.add(endpoint)
-        self.session.flush()
-        return endpoint
+        return self.insert(endpoint)
 
     def get_endpoint(self, tenant_id: str, endpoint_id: str) -> WebhookEndpoint | None:
         return self.session.scalar(

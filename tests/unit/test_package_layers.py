@@ -3,9 +3,9 @@ bottom (it runs user code and knows nothing of jobs), service/ above it (the API
 sides share: settings, the database, the work queue, the built-in models), workers/ above
 service/, and server/ (the `rft-server` command that starts each role) on top. A module imports
 only its own package and those below. Inside service/, its foundation (settings, secrets,
-database, errors) imports no domain folder. The SDK (sdk/, the package `rft`) is installed alone
-and imports none of them; it is the bottom layer of all, since the server serves its wire types
-(docs/architecture.md, "Wire types"). workers/ has layers of its own:
+database, errors, the repositories' base) imports no domain folder. The SDK (sdk/, the package
+`rft`) is installed alone and imports none of them; it is the bottom layer of all, since the
+server serves its wire types (docs/architecture.md, "Wire types"). workers/ has layers of its own:
 tests/unit/test_worker_layers.py."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ SERVICE_FOUNDATION = {
     "service.db",
     "service.models",
     "service.errors",
+    "service.repository",
 }
 
 

@@ -1,16 +1,13 @@
 from __future__ import annotations
 
 from sqlalchemy import delete, exists, or_, select
-from sqlalchemy.orm import Session
 
 from service.models import Dataset, Job
+from service.repository import Repository
 
 
-class FileRepository:
+class FileRepository(Repository):
     """What files need beyond DatasetRepository: whether a job uses one, and deleting it."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
 
     def used_by_a_job(self, dataset_id: str) -> bool:
         return bool(

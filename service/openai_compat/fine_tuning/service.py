@@ -143,6 +143,26 @@ def our_extensions(
     return given
 
 
+def apply_batch_epochs_and_rate(
+    theirs: ReinforcementHyperparameters | SupervisedHyperparameters,
+    values: dict[str, Any],
+    base: Hyperparameters,
+    *,
+    batch_name: str,
+    rows: int,
+) -> None:
+    """What both methods' hyperparameters share, into ``values``: batch_size as our
+    ``batch_name``, n_epochs as train_steps over ``rows`` at that batch, and the learning rate
+    multiplier over ``base``'s rate."""
+    if isinstance(theirs.batch_size, int):
+        values[batch_name] = theirs.batch_size
+    batch = values.get(batch_name, getattr(base, batch_name))
+    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, batch)) is not None:
+        values["train_steps"] = train_steps
+    if isinstance(theirs.learning_rate_multiplier, float | int):
+        values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
+
+
 def our_hyperparameters(
     theirs: ReinforcementHyperparameters, *, model: str, seed: int | None, rows: int
 ) -> Hyperparameters:
@@ -152,13 +172,7 @@ def our_hyperparameters(
     base = Hyperparameters.model_validate({"preset": preset} if preset else {})
     values: dict[str, Any] = {"preset": preset} if preset else {}
     values.update(our_extensions(theirs, REINFORCEMENT_NAMES, param=param))
-    if isinstance(theirs.batch_size, int):
-        values["prompts_per_step"] = theirs.batch_size
-    prompts_per_step = values.get("prompts_per_step", base.prompts_per_step)
-    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, prompts_per_step)) is not None:
-        values["train_steps"] = train_steps
-    if isinstance(theirs.learning_rate_multiplier, float | int):
-        values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
+    apply_batch_epochs_and_rate(theirs, values, base, batch_name="prompts_per_step", rows=rows)
     if isinstance(theirs.compute_multiplier, float | int):
         generations = base.num_generations * theirs.compute_multiplier
         if not math.isfinite(generations) or generations > MAX_GENERATIONS:
@@ -366,13 +380,7 @@ def our_supervised_hyperparameters(
             **our_extensions(theirs, SUPERVISED_NAMES, param=param),
         }
     )
-    if isinstance(theirs.batch_size, int):
-        values["batch_size"] = theirs.batch_size
-    batch_size = values.get("batch_size", base.batch_size)
-    if (train_steps := steps_for_epochs(theirs.n_epochs, rows, batch_size)) is not None:
-        values["train_steps"] = train_steps
-    if isinstance(theirs.learning_rate_multiplier, float | int):
-        values["learning_rate"] = base.learning_rate * theirs.learning_rate_multiplier
+    apply_batch_epochs_and_rate(theirs, values, base, batch_name="batch_size", rows=rows)
     if seed is not None:
         values["seed"] = seed
     return validated_hyperparameters(values, param=param)
