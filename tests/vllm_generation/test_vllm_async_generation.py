@@ -28,7 +28,10 @@ pytestmark = pytest.mark.vllm
 
 MAX_STALENESS = 2
 FIRST_PART = 8  # steps before the stop (its checkpoint is where the second part resumes)
-TRAIN_STEPS = 20
+# Measured (seed 0) on an AMD EPYC host: the reward stays ~0.12 for 15 steps, then rises, to
+# 0.28 over the last 4 of 28 (0.16 over the last 4 of 20: too close to the first 4 to call a
+# rise). The step count adds ~1 s; the engine's start and the two parts' loads are the rest.
+TRAIN_STEPS = 28
 UPDATE_AT = 4  # the live config's version 2 (temperature 0.9) applies from this step
 UPDATED = letter_config(version=2, temperature=0.9)
 
@@ -124,4 +127,4 @@ def test_async_generation_trains_the_demo_within_its_staleness_bound(tmp_path: P
     rewards = [r.reward_mean for r in records]
     assert None not in rewards
     early, late = mean(rewards[:4]), mean(rewards[-4:])  # type: ignore[arg-type]
-    assert late > early + 0.05, rewards
+    assert late > early + 0.05, " ".join(f"{reward:.3f}" for reward in rewards)
