@@ -5,4 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_vllm.sh
-RFT_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest tests/vllm_generation "$@"
+# Each multiprocess engine start binds ZeroMQ sockets at VLLM_RPC_BASE_PATH/<uuid> (default:
+# /tmp) and vLLM leaves the files behind: ~28 a run. Here they go to a folder removed after.
+ipc_dir="$(mktemp -d -t rft-vllm-ipc.XXXXXX)"
+trap 'rm -rf "$ipc_dir"' EXIT
+VLLM_RPC_BASE_PATH="$ipc_dir" RFT_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest \
+  tests/vllm_generation "$@"
