@@ -136,8 +136,6 @@ def bare_config(
         remove_unused_columns=False,
         save_total_limit=None,
         log_completions=False,
-        # As the worker sets them (transformers' own default optimizer is adamw_torch_fused).
-        optim="adamw_torch",
         max_tool_calling_iterations=hp.max_turns,
         # The one addition: TRL weighs several reward functions itself.
         reward_weights=None if summed else [spec.weight for spec in demo_reward_functions()],

@@ -108,8 +108,6 @@ def bare_config(steps: int, output_dir: Path) -> SFTConfig:
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
         max_length=64,
-        # As the worker sets it (transformers' own default optimizer is adamw_torch_fused).
-        optim="adamw_torch",
         **bare_cpu_arguments(hp, steps=steps, seed=0),
     )
 

@@ -72,6 +72,8 @@ def bare_cpu_arguments(hp: Hyperparameters, *, steps: int, seed: int) -> dict[st
         "report_to": "none",
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+        # As the worker sets it (transformers' own default optimizer is adamw_torch_fused).
+        "optim": "adamw_torch",
     }
 
 
